@@ -1,0 +1,1 @@
+"""Protocol frontends: they decode the wire into core requests and encode the answers."""

@@ -1,0 +1,1 @@
+"""The HTTP/REST frontend (KServe V2 with Triton's extensions)."""

@@ -1,0 +1,268 @@
+"""The HTTP/REST frontend: Triton's V2 endpoints as one ASGI application.
+
+``POST .../infer`` is matched by hand before Starlette's router: it is the one path whose
+per-request cost decides throughput. Every other endpoint is an ordinary Starlette route.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import orjson
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from naiad.errors import InferenceServerError, Status, http_status, invalid_arg
+from naiad.frontends.http.body import compress, decompress, pick_encoding, read_body
+from naiad.frontends.http.codec import HEADER_LENGTH, decode_request, encode_response, error_body
+from naiad.server import InferenceServer
+
+log = logging.getLogger("naiad.http")
+
+JSON = b"application/json"
+_HEADER_LENGTH_BYTES = HEADER_LENGTH.encode()
+
+
+def _json(doc: Any, status: int = 200) -> Response:
+    return Response(orjson.dumps(doc), status, media_type="application/json")
+
+
+def _error(exc: InferenceServerError) -> Response:
+    return Response(error_body(exc.message), http_status(exc), media_type="application/json")
+
+
+def _split_infer_path(path: str) -> tuple[str, str] | None:
+    """``/v2/models/M[/versions/V]/infer`` -> (M, V) or None."""
+    parts = path.split("/")
+    # ['', 'v2', 'models', M, 'infer'] or ['', 'v2', 'models', M, 'versions', V, 'infer']
+    if len(parts) == 5 and parts[1] == "v2" and parts[2] == "models":
+        return parts[3], ""
+    if len(parts) == 7 and parts[1] == "v2" and parts[2] == "models" and parts[4] == "versions":
+        return parts[3], parts[5]
+    return None
+
+
+class HTTPFrontend:
+    """The ASGI application. ``server`` is the protocol-free core."""
+
+    def __init__(self, server: InferenceServer) -> None:
+        self.server = server
+        self.limit = server.options.max_input_size
+        self.router = Starlette(routes=self._routes())
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and scope["method"] == "POST" and \
+                scope["path"].endswith("/infer"):
+            names = _split_infer_path(scope["path"])
+            if names is not None:
+                await self._infer(scope, receive, send, *names)
+                return
+        await self.router(scope, receive, send)
+
+    # --- inference (hot path) -----------------------------------------------------------
+
+    async def _infer(self, scope: dict, receive: Any, send: Any, model_name: str,
+                     version: str) -> None:
+        server = self.server
+        content_length = header_length = None
+        encoding = accept = ""
+        for key, value in scope["headers"]:
+            if key == b"content-length":
+                content_length = int(value) if value.isdigit() else None
+            elif key == _HEADER_LENGTH_BYTES:
+                header_length = value
+            elif key == b"content-encoding":
+                encoding = value.decode("latin-1")
+            elif key == b"accept-encoding":
+                accept = value.decode("latin-1")
+        try:
+            model = server.model(model_name, version)
+            body = await read_body(receive, content_length, self.limit)
+            if encoding:
+                body = decompress(body, encoding, self.limit)
+            if header_length is not None:
+                if not header_length.isdigit():
+                    raise invalid_arg(f"model '{model_name}': Inference-Header-Content-Length "
+                                      f"must be a non-negative integer")
+                header_length = int(header_length)
+            request = decode_request(model_name, model.version, body, header_length,
+                                     server.shared_memory)
+            response = await server.infer(model, request)
+            payload, json_length = encode_response(request, response, model.version,
+                                                   server.shared_memory)
+        except InferenceServerError as exc:
+            await _send(send, http_status(exc), error_body(exc.message), None, None)
+            return
+        except Exception as exc:  # never let a request kill the connection silently
+            log.exception("inference on model '%s' failed", model_name)
+            await _send(send, 500, error_body(f"model '{model_name}': internal error: "
+                                              f"{type(exc).__name__}: {exc}"), None, None)
+            return
+        content_encoding = pick_encoding(accept) if accept else None
+        if content_encoding is not None:
+            payload = compress(payload, content_encoding)
+        await _send(send, 200, payload, json_length, content_encoding)
+
+    # --- everything else ----------------------------------------------------------------
+
+    def _routes(self) -> list[Route]:
+        return [
+            Route("/v2/health/live", self.live),
+            Route("/v2/health/ready", self.ready),
+            Route("/v2", self.metadata),
+            Route("/v2/models/stats", self.stats),
+            Route("/v2/models/{model}", self.model_metadata),
+            Route("/v2/models/{model}/versions/{version}", self.model_metadata),
+            Route("/v2/models/{model}/ready", self.model_ready),
+            Route("/v2/models/{model}/versions/{version}/ready", self.model_ready),
+            Route("/v2/models/{model}/config", self.model_config),
+            Route("/v2/models/{model}/versions/{version}/config", self.model_config),
+            Route("/v2/models/{model}/stats", self.stats),
+            Route("/v2/models/{model}/versions/{version}/stats", self.stats),
+            Route("/v2/models/{model}/infer", self.infer_fallback, methods=["POST"]),
+            Route("/v2/models/{model}/versions/{version}/infer", self.infer_fallback,
+                  methods=["POST"]),
+            Route("/v2/repository/index", self.repository_index, methods=["POST"]),
+            Route("/v2/repository/models/{model}/load", self.load, methods=["POST"]),
+            Route("/v2/repository/models/{model}/unload", self.unload, methods=["POST"]),
+            Route("/v2/systemsharedmemory/status", self.shm_status),
+            Route("/v2/systemsharedmemory/region/{region}/status", self.shm_status),
+            Route("/v2/systemsharedmemory/region/{region}/register", self.shm_register,
+                  methods=["POST"]),
+            Route("/v2/systemsharedmemory/unregister", self.shm_unregister, methods=["POST"]),
+            Route("/v2/systemsharedmemory/region/{region}/unregister", self.shm_unregister,
+                  methods=["POST"]),
+            Route("/v2/cudasharedmemory/status", self.cuda_shm),
+            Route("/v2/cudasharedmemory/region/{region}/status", self.cuda_shm),
+            Route("/v2/cudasharedmemory/region/{region}/register", self.cuda_shm,
+                  methods=["POST"]),
+            Route("/v2/cudasharedmemory/unregister", self.cuda_shm, methods=["POST"]),
+            Route("/v2/cudasharedmemory/region/{region}/unregister", self.cuda_shm,
+                  methods=["POST"]),
+        ]
+
+    async def live(self, request: Request) -> Response:
+        return Response(status_code=200 if self.server.live else 400)
+
+    async def ready(self, request: Request) -> Response:
+        return Response(status_code=200 if self.server.ready else 400)
+
+    async def metadata(self, request: Request) -> Response:
+        return _json(self.server.server_metadata())
+
+    async def model_metadata(self, request: Request) -> Response:
+        p = request.path_params
+        try:
+            return _json(self.server.model_metadata(p["model"], p.get("version", "")))
+        except InferenceServerError as exc:
+            return _error(exc)
+
+    async def model_ready(self, request: Request) -> Response:
+        p = request.path_params
+        ready = self.server.models.is_ready(p["model"], p.get("version", ""))
+        return Response(status_code=200 if ready else 400)
+
+    async def model_config(self, request: Request) -> Response:
+        p = request.path_params
+        try:
+            return _json(self.server.model_config(p["model"], p.get("version", "")))
+        except InferenceServerError as exc:
+            return _error(exc)
+
+    async def stats(self, request: Request) -> Response:
+        p = request.path_params
+        try:
+            stats = self.server.statistics(p.get("model", ""), p.get("version", ""))
+        except InferenceServerError as exc:
+            return _error(exc)
+        return _json({"model_stats": stats})
+
+    async def infer_fallback(self, request: Request) -> Response:
+        # Reached only for paths the fast matcher did not take (e.g. a trailing slash).
+        await self._infer(request.scope, request.receive, request._send,  # noqa: SLF001
+                          request.path_params["model"], request.path_params.get("version", ""))
+        return Response(status_code=204)  # pragma: no cover - the response was already sent
+
+    async def _json_body(self, request: Request) -> dict:
+        body = await read_body(request.receive, None, self.limit)
+        if not body:
+            return {}
+        try:
+            doc = orjson.loads(body)
+        except orjson.JSONDecodeError as exc:
+            raise invalid_arg(f"the request body is not valid JSON: {exc}") from None
+        if not isinstance(doc, dict):
+            raise invalid_arg("the request body must be a JSON object")
+        return doc
+
+    async def repository_index(self, request: Request) -> Response:
+        try:
+            doc = await self._json_body(request)
+        except InferenceServerError as exc:
+            return _error(exc)
+        return _json(self.server.models.index(ready_only=bool(doc.get("ready", False))))
+
+    async def load(self, request: Request) -> Response:
+        name = request.path_params["model"]
+        try:
+            doc = await self._json_body(request)
+            params = doc.get("parameters") or {}
+            config = params.get("config")
+            files = {k: v for k, v in params.items() if k.startswith("file:")}
+            await self.server.load_model(name, config, files)
+        except InferenceServerError as exc:
+            return _error(exc)
+        return Response(status_code=200)
+
+    async def unload(self, request: Request) -> Response:
+        try:
+            await self._json_body(request)
+            await self.server.unload_model(request.path_params["model"])
+        except InferenceServerError as exc:
+            return _error(exc)
+        return Response(status_code=200)
+
+    async def shm_status(self, request: Request) -> Response:
+        try:
+            return _json(self.server.shared_memory.status(request.path_params.get("region", "")))
+        except InferenceServerError as exc:
+            return _error(exc)
+
+    async def shm_register(self, request: Request) -> Response:
+        region = request.path_params["region"]
+        try:
+            doc = await self._json_body(request)
+            key, offset, size = doc.get("key"), doc.get("offset", 0), doc.get("byte_size")
+            if not isinstance(key, str) or not isinstance(offset, int) or \
+                    not isinstance(size, int):
+                raise invalid_arg(f"registering shared memory region '{region}' needs 'key' "
+                                  f"(string), 'offset' and 'byte_size' (integers)")
+            self.server.shared_memory.register(region, key, offset, size)
+        except InferenceServerError as exc:
+            return _error(exc)
+        return Response(status_code=200)
+
+    async def shm_unregister(self, request: Request) -> Response:
+        self.server.shared_memory.unregister(request.path_params.get("region", ""))
+        return Response(status_code=200)
+
+    async def cuda_shm(self, request: Request) -> Response:
+        return _error(InferenceServerError(
+            "CUDA shared memory is not supported: this server has no GPU", Status.UNSUPPORTED))
+
+
+async def _send(send: Any, status: int, body: bytes, json_length: int | None,
+                encoding: str | None) -> None:
+    headers = [(b"content-length", str(len(body)).encode())]
+    if json_length is None:
+        headers.append((b"content-type", JSON))
+    else:
+        headers.append((b"content-type", b"application/octet-stream"))
+        headers.append((_HEADER_LENGTH_BYTES, str(json_length).encode()))
+    if encoding is not None:
+        headers.append((b"content-encoding", encoding.encode()))
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})

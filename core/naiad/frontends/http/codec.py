@@ -1,0 +1,161 @@
+"""The V2 inference body over HTTP: JSON tensors and the binary tensor data extension.
+
+A request body is JSON, optionally followed by raw tensor bytes when the
+``Inference-Header-Content-Length`` header says where the JSON ends. Inputs with a
+``binary_data_size`` parameter take their bytes from that tail, in order.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from naiad.errors import invalid_arg
+from naiad.frontends.tensors import (
+    check_header,
+    from_list,
+    from_raw,
+    read_shm_input,
+    shm_output_target,
+    to_list,
+    to_raw,
+)
+from naiad.shm import SharedMemoryRegistry
+from naiad.types import InferenceRequest, InferenceResponse, RequestedOutput
+
+HEADER_LENGTH = "inference-header-content-length"
+
+
+def decode_request(model_name: str, version: int, body: bytes, header_length: int | None,
+                   registry: SharedMemoryRegistry) -> InferenceRequest:
+    """Parse an inference request body for ``model_name`` into an :class:`InferenceRequest`."""
+    if header_length is None:
+        json_part, binary = body, b""
+    else:
+        if header_length > len(body):
+            raise invalid_arg(
+                f"model '{model_name}': the Inference-Header-Content-Length header says "
+                f"{header_length} bytes of JSON but the body has only {len(body)} bytes")
+        view = memoryview(body)
+        json_part, binary = view[:header_length], view[header_length:]
+    try:
+        doc = orjson.loads(json_part)
+    except orjson.JSONDecodeError as exc:
+        raise invalid_arg(f"model '{model_name}': the request body is not valid JSON: {exc}"
+                          ) from None
+    if not isinstance(doc, dict):
+        raise invalid_arg(f"model '{model_name}': the request body must be a JSON object")
+    raw_inputs = doc.get("inputs")
+    if not isinstance(raw_inputs, list):
+        raise invalid_arg(f"model '{model_name}': the request needs an 'inputs' list")
+    inputs = {}
+    offset = 0
+    for item in raw_inputs:
+        if not isinstance(item, dict):
+            raise invalid_arg(f"model '{model_name}': each entry of 'inputs' must be an object")
+        name = item.get("name")
+        datatype = item.get("datatype")
+        shape = check_header(model_name, name, datatype, item.get("shape"))
+        params = item.get("parameters") or {}
+        if not isinstance(params, dict):
+            raise invalid_arg(f"input '{name}' of model '{model_name}': 'parameters' must be "
+                              f"an object")
+        size = params.get("binary_data_size")
+        if size is not None:
+            if not isinstance(size, int) or size < 0:
+                raise invalid_arg(f"input '{name}' of model '{model_name}': binary_data_size "
+                                  f"must be a non-negative integer")
+            if offset + size > len(binary):
+                raise invalid_arg(
+                    f"input '{name}' of model '{model_name}': binary_data_size {size} at "
+                    f"offset {offset} runs past the {len(binary)} bytes of binary data after "
+                    f"the JSON header")
+            tensor = from_raw(model_name, name, datatype, shape, binary[offset:offset + size])
+            offset += size
+        elif "shared_memory_region" in params:
+            tensor = read_shm_input(registry, model_name, name, datatype, shape, params)
+        elif "data" in item:
+            tensor = from_list(model_name, name, datatype, shape, item["data"])
+        else:
+            raise invalid_arg(f"input '{name}' of model '{model_name}' has no 'data', no "
+                              f"binary_data_size and no shared memory region")
+        if name in inputs:
+            raise invalid_arg(f"input '{name}' of model '{model_name}' is given twice")
+        inputs[name] = tensor
+    if offset != len(binary):
+        raise invalid_arg(f"model '{model_name}': {len(binary) - offset} bytes of binary data "
+                          f"after the JSON header belong to no input")
+    requested = None
+    raw_outputs = doc.get("outputs")
+    if raw_outputs is not None:
+        if not isinstance(raw_outputs, list):
+            raise invalid_arg(f"model '{model_name}': 'outputs' must be a list")
+        requested = []
+        for item in raw_outputs:
+            if not isinstance(item, dict) or not isinstance(item.get("name"), str):
+                raise invalid_arg(f"model '{model_name}': each entry of 'outputs' needs a "
+                                  f"'name'")
+            out_params = item.get("parameters") or {}
+            requested.append(RequestedOutput(item["name"], out_params))
+    params = doc.get("parameters") or {}
+    if not isinstance(params, dict):
+        raise invalid_arg(f"model '{model_name}': request 'parameters' must be an object")
+    request_id = doc.get("id", "")
+    return InferenceRequest(
+        model_name=model_name,
+        model_version=version,
+        inputs=inputs,
+        id=request_id if isinstance(request_id, str) else str(request_id),
+        requested_outputs=requested,
+        parameters=params,
+    )
+
+
+def encode_response(request: InferenceRequest, response: InferenceResponse, version: int,
+                    registry: SharedMemoryRegistry) -> tuple[bytes, int | None]:
+    """The response body and, when binary tensors follow the JSON, the JSON's length."""
+    binary_default = bool(request.parameters.get("binary_data_output", False))
+    wanted: dict[str, dict[str, Any]] = {}
+    if request.requested_outputs is not None:
+        wanted = {o.name: o.parameters for o in request.requested_outputs}
+    outputs = []
+    chunks: list[bytes | memoryview] = []
+    for tensor in response.outputs:
+        params = wanted.get(tensor.name) or {}
+        entry: dict[str, Any] = {
+            "name": tensor.name,
+            "datatype": tensor.datatype,
+            "shape": list(tensor.shape),
+        }
+        target = shm_output_target(request.model_name, tensor.name, params) if params else None
+        if target is not None:
+            region, offset, size = target
+            raw = to_raw(tensor)
+            registry.write(region, offset, size, raw,
+                           f"output '{tensor.name}' of model '{request.model_name}'")
+            entry["parameters"] = {"shared_memory_region": region,
+                                   "shared_memory_byte_size": len(raw)}
+            if offset:
+                entry["parameters"]["shared_memory_offset"] = offset
+        elif params.get("binary_data", binary_default):
+            raw = to_raw(tensor)
+            entry["parameters"] = {"binary_data_size": len(raw)}
+            chunks.append(raw)
+        else:
+            entry["data"] = to_list(tensor)
+        outputs.append(entry)
+    doc: dict[str, Any] = {"model_name": request.model_name, "model_version": str(version)}
+    if request.id:
+        doc["id"] = request.id
+    if response.parameters:
+        doc["parameters"] = response.parameters
+    doc["outputs"] = outputs
+    header = orjson.dumps(doc)
+    if not chunks:
+        return header, None
+    return b"".join([header, *chunks]), len(header)
+
+
+def error_body(message: str) -> bytes:
+    return orjson.dumps({"error": message})

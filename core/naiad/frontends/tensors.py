@@ -1,0 +1,161 @@
+"""Turning wire tensors into numpy and back, shared by the HTTP and gRPC frontends.
+
+Raw bytes (HTTP binary data, gRPC raw contents, shared memory) become ``np.frombuffer``
+views without a copy; JSON lists and gRPC typed contents go through ``np.asarray``.
+Every size mismatch is an INVALID_ARG error naming the model, the tensor and the numbers.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from naiad.datatypes import (
+    ITEM_SIZES,
+    NUMPY_DTYPES,
+    deserialize_bytes,
+    element_count,
+    serialize_bytes,
+)
+from naiad.errors import invalid_arg
+from naiad.models.signature import format_shape
+from naiad.shm import SharedMemoryRegistry
+from naiad.types import Tensor
+
+
+def check_header(model: str, name: Any, datatype: Any, shape: Any) -> tuple[int, ...]:
+    """Validate an input's name, datatype and shape fields; return the shape as a tuple."""
+    if not isinstance(name, str) or not name:
+        raise invalid_arg(f"model '{model}': every input needs a 'name' string")
+    if datatype not in NUMPY_DTYPES:
+        raise invalid_arg(f"input '{name}' of model '{model}': unknown datatype {datatype!r}; "
+                          f"expected one of {', '.join(sorted(NUMPY_DTYPES))}")
+    if not isinstance(shape, (list, tuple)) or not all(
+            isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape):
+        raise invalid_arg(f"input '{name}' of model '{model}': 'shape' must be a list of "
+                          f"non-negative integers, got {shape!r}")
+    return tuple(shape)
+
+
+def from_raw(model: str, name: str, datatype: str, shape: tuple[int, ...],
+             raw: bytes | bytearray | memoryview) -> Tensor:
+    """A tensor from its raw little-endian bytes (or the length-prefixed BYTES form)."""
+    count = element_count(shape)
+    what = f"input '{name}' of model '{model}'"
+    if datatype == "BYTES":
+        data = deserialize_bytes(raw, count, what).reshape(shape)
+        return Tensor(name, datatype, shape, data)
+    expected = count * ITEM_SIZES[datatype]
+    if len(raw) != expected:
+        raise invalid_arg(
+            f"{what}: shape {format_shape(shape)} of {datatype} needs {expected} bytes of "
+            f"tensor data, got {len(raw)}")
+    data = np.frombuffer(raw, dtype=NUMPY_DTYPES[datatype]).reshape(shape)
+    return Tensor(name, datatype, shape, data)
+
+
+def _flatten(values: Any) -> list:
+    if not values or not isinstance(values[0], list):
+        return values  # type: ignore[no-any-return]
+    flat: list = []
+    stack = [values]
+    while stack:  # iterative, in order: a deeply nested body must not blow the stack
+        item = stack.pop()
+        if isinstance(item, list):
+            stack.extend(reversed(item))
+        else:
+            flat.append(item)
+    return flat
+
+
+def from_list(model: str, name: str, datatype: str, shape: tuple[int, ...], values: Any
+              ) -> Tensor:
+    """A tensor from a JSON list (flat or nested, row-major) or gRPC typed contents."""
+    what = f"input '{name}' of model '{model}'"
+    if not isinstance(values, list):
+        values = list(values) if not isinstance(values, (str, bytes, dict)) else None
+        if values is None:
+            raise invalid_arg(f"{what}: 'data' must be a list")
+    flat = _flatten(values)
+    count = element_count(shape)
+    if len(flat) != count:
+        raise invalid_arg(f"{what}: shape {format_shape(shape)} has {count} elements but "
+                          f"{len(flat)} values were given")
+    try:
+        if datatype == "BYTES":
+            data = np.empty(count, dtype=object)
+            for i, item in enumerate(flat):
+                if isinstance(item, str):
+                    item = item.encode("utf-8")
+                elif not isinstance(item, bytes):
+                    raise TypeError(f"element {i} is {type(item).__name__}, not a string")
+                data[i] = item
+        else:
+            dtype = NUMPY_DTYPES[datatype]
+            if datatype == "BOOL":
+                if not all(isinstance(v, bool) for v in flat):
+                    raise TypeError("BOOL values must be true or false")
+            elif any(isinstance(v, (str, bool, list, dict)) or v is None for v in flat):
+                raise TypeError(f"{datatype} values must be numbers")
+            data = np.asarray(flat, dtype=dtype)
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise invalid_arg(f"{what}: data does not fit datatype {datatype}: {exc}") from None
+    return Tensor(name, datatype, shape, data.reshape(shape))
+
+
+def to_raw(tensor: Tensor) -> bytes | memoryview:
+    """The raw wire bytes of a tensor (no copy for contiguous numeric arrays)."""
+    if tensor.datatype == "BYTES":
+        return serialize_bytes(tensor.data)
+    data = tensor.data
+    if not data.flags.c_contiguous:
+        data = np.ascontiguousarray(data)
+    if data.dtype.byteorder == ">":
+        data = data.astype(data.dtype.newbyteorder("<"))
+    return memoryview(data).cast("B")
+
+
+def to_list(tensor: Tensor) -> list:
+    """A flat list for JSON: numbers, booleans, or strings for BYTES."""
+    if tensor.datatype == "BYTES":
+        out = []
+        for item in tensor.data.reshape(-1):
+            if isinstance(item, bytes):
+                try:
+                    item = item.decode("utf-8")
+                except UnicodeDecodeError:
+                    item = item.decode("latin-1")
+            out.append(item if isinstance(item, str) else str(item))
+        return out
+    if tensor.datatype in ("BF16", "FP16"):
+        return tensor.data.astype(np.float32).reshape(-1).tolist()  # type: ignore[no-any-return]
+    return tensor.data.reshape(-1).tolist()  # type: ignore[no-any-return]
+
+
+def read_shm_input(registry: SharedMemoryRegistry, model: str, name: str, datatype: str,
+                   shape: tuple[int, ...], params: dict) -> Tensor:
+    """An input whose data lives in a registered shared memory region."""
+    region = params.get("shared_memory_region")
+    size = params.get("shared_memory_byte_size")
+    offset = params.get("shared_memory_offset", 0)
+    what = f"input '{name}' of model '{model}'"
+    if not isinstance(size, int) or not isinstance(offset, int):
+        raise invalid_arg(f"{what}: shared memory input needs integer "
+                          f"'shared_memory_byte_size' (and optional 'shared_memory_offset')")
+    raw = registry.read(region, offset, size, what)
+    return from_raw(model, name, datatype, shape, raw)
+
+
+def shm_output_target(model: str, name: str, params: dict) -> tuple[str, int, int] | None:
+    """(region, offset, byte_size) when an output goes to shared memory, else None."""
+    region = params.get("shared_memory_region")
+    if region is None:
+        return None
+    size = params.get("shared_memory_byte_size")
+    offset = params.get("shared_memory_offset", 0)
+    if not isinstance(size, int) or not isinstance(offset, int):
+        raise invalid_arg(f"output '{name}' of model '{model}': shared memory output needs "
+                          f"integer 'shared_memory_byte_size' (and optional "
+                          f"'shared_memory_offset')")
+    return region, offset, size

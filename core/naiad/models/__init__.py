@@ -1,0 +1,1 @@
+"""Loaded models: their lifecycle, instances and request signatures."""

@@ -1,0 +1,63 @@
+"""Expanding ``instance_group`` into instances, and the devices they may use."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from tritonclient.grpc.model_config_pb2 import ModelConfig, ModelInstanceGroup
+
+from naiad.errors import invalid_arg
+from naiad.types import InstanceInfo
+
+_KIND_NAMES = {
+    ModelInstanceGroup.KIND_AUTO: "KIND_AUTO",
+    ModelInstanceGroup.KIND_CPU: "KIND_CPU",
+    ModelInstanceGroup.KIND_GPU: "KIND_GPU",
+    ModelInstanceGroup.KIND_MODEL: "KIND_MODEL",
+}
+
+
+def gpu_count() -> int:
+    """NVIDIA GPUs the driver exposes (0 without a driver). No CUDA library is imported."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None and visible.strip() in ("", "-1"):
+        return 0
+    gpus = Path("/proc/driver/nvidia/gpus")
+    count = len(list(gpus.iterdir())) if gpus.is_dir() else 0
+    if visible is not None and count:
+        count = min(count, len([v for v in visible.split(",") if v.strip()]))
+    return count
+
+
+def expand_instance_groups(model_name: str, config: ModelConfig) -> list[InstanceInfo]:
+    """One :class:`InstanceInfo` per instance, named ``<group name>_<i>`` as Triton does.
+
+    KIND_GPU on a machine without a GPU is a load error, never a silent CPU fallback.
+    """
+    available_gpus = gpu_count()
+    instances: list[InstanceInfo] = []
+    for group in config.instance_group:
+        kind = _KIND_NAMES[group.kind]
+        if kind == "KIND_GPU":
+            devices = list(group.gpus) or list(range(available_gpus))
+            if not devices:
+                raise invalid_arg(
+                    f"model '{model_name}': instance group '{group.name}' asks for KIND_GPU but "
+                    f"this machine has no GPU; use KIND_CPU")
+            for gpu in devices:
+                if gpu >= available_gpus:
+                    raise invalid_arg(
+                        f"model '{model_name}': instance group '{group.name}' names GPU {gpu} "
+                        f"but {available_gpus} GPU(s) are available")
+        else:
+            devices = [0]
+        for device in devices:
+            for _ in range(max(group.count, 1)):
+                instances.append(InstanceInfo(
+                    name=f"{group.name}_{len(instances)}",
+                    kind=kind,
+                    device_id=device,
+                    index=len(instances),
+                ))
+    return instances

@@ -1,0 +1,314 @@
+"""The model lifecycle: find, configure, load, serve, reload and unload model versions.
+
+A model that fails to load is recorded as UNAVAILABLE with its reason (shown by the
+repository index and the log); every other model keeps serving.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from google.protobuf import json_format
+from tritonclient.grpc.model_config_pb2 import ModelConfig
+
+from naiad.config.defaults import fill_defaults
+from naiad.config.parse import load_config_file
+from naiad.config.platforms import resolve_backend
+from naiad.config.render import config_to_json
+from naiad.config.validate import validate_config
+from naiad.errors import InferenceServerError, Status, invalid_arg, not_found, unavailable
+from naiad.models.instances import expand_instance_groups
+from naiad.models.loader import load_version
+from naiad.models.signature import ModelSignature
+from naiad.plugins import PluginManager
+from naiad.repository.scan import model_config_versions, model_folders
+from naiad.scheduling.base import Scheduler, SchedulingContext
+from naiad.stats import ModelStats
+
+log = logging.getLogger("naiad.models")
+
+READY, UNAVAILABLE, LOADING, UNLOADING = "READY", "UNAVAILABLE", "LOADING", "UNLOADING"
+
+
+@dataclass(slots=True)
+class ModelVersion:
+    """One loaded, serving version of a model: what the request path uses."""
+
+    name: str
+    version: int
+    config: ModelConfig
+    signature: ModelSignature
+    scheduler: Scheduler
+    context: SchedulingContext
+    stats: ModelStats
+    config_json: dict
+
+
+@dataclass(slots=True)
+class ModelRecord:
+    """Everything known about one model name: serving versions and per-version states."""
+
+    name: str
+    path: Path | None
+    versions: dict[int, ModelVersion] = field(default_factory=dict)
+    # version (or None before versions are known) -> (state, reason)
+    states: dict[int | None, tuple[str, str]] = field(default_factory=dict)
+    latest: ModelVersion | None = None
+
+
+@dataclass
+class LoadOptions:
+    """The flags that change how models load."""
+
+    strict_model_config: bool = False
+    disable_auto_complete_config: bool = False
+    backend_config: dict[str, dict[str, str]] = field(default_factory=dict)
+
+
+class ModelManager:
+    """Owns every model of the repositories and answers "which version serves this?"."""
+
+    def __init__(self, repositories: list[Path], plugins: PluginManager,
+                 options: LoadOptions) -> None:
+        self.repositories = repositories
+        self.plugins = plugins
+        self.options = options
+        self.models: dict[str, ModelRecord] = {}
+        self._locks: dict[str, asyncio.Lock] = {}
+
+    # --- the request path ---------------------------------------------------------------
+
+    def get(self, name: str, version: str = "") -> ModelVersion:
+        """The serving version ``version`` ("" = the latest ready) of model ``name``."""
+        record = self.models.get(name)
+        if record is None or (not record.versions and not record.states):
+            raise not_found(f"Request for unknown model: '{name}' is not found")
+        if not version:
+            if record.latest is None:
+                reason = _reason(record)
+                raise unavailable(f"model '{name}' is not ready"
+                                  + (f": {reason}" if reason else ""))
+            return record.latest
+        try:
+            number = int(version)
+        except ValueError:
+            raise invalid_arg(f"model '{name}': version '{version}' is not a number") from None
+        found = record.versions.get(number)
+        if found is None:
+            state = record.states.get(number)
+            if state is not None and state[0] != READY:
+                raise unavailable(f"model '{name}' version {number} is not ready: {state[1]}")
+            raise not_found(f"Request for unknown model: '{name}' version {number} is not "
+                            f"found (serving versions: {sorted(record.versions) or 'none'})")
+        return found
+
+    def is_ready(self, name: str, version: str = "") -> bool:
+        try:
+            self.get(name, version)
+        except InferenceServerError:
+            return False
+        return True
+
+    # --- the repository ---------------------------------------------------------------
+
+    def discover(self) -> dict[str, Path]:
+        """Model name -> folder over every repository. A name found in two repositories is
+        an error for that model, as in Triton."""
+        found: dict[str, Path] = {}
+        duplicates: set[str] = set()
+        for repository in self.repositories:
+            for name, path in model_folders(repository).items():
+                if name in found:
+                    duplicates.add(name)
+                found[name] = path
+        for name in duplicates:
+            self.models[name] = ModelRecord(name, None, states={None: (
+                UNAVAILABLE, f"model '{name}' appears in more than one model repository")})
+            del found[name]
+        return found
+
+    def index(self, ready_only: bool = False) -> list[dict]:
+        """The repository index: every model (and version) with its state and reason."""
+        entries = []
+        for name in sorted(set(self.discover()) | set(self.models)):
+            record = self.models.get(name)
+            if record is None or not record.states:
+                if not ready_only:
+                    entries.append({"name": name})
+                continue
+            for version, (state, reason) in sorted(record.states.items(),
+                                                   key=lambda kv: kv[0] or 0):
+                if ready_only and state != READY:
+                    continue
+                entry = {"name": name}
+                if version is not None:
+                    entry["version"] = str(version)
+                entry["state"] = state
+                entry["reason"] = reason
+                entries.append(entry)
+        return entries
+
+    async def load_all(self) -> None:
+        for name in self.discover():
+            await self.load(name)
+
+    async def load(self, name: str, config_override: str | None = None) -> None:
+        """(Re)load model ``name``; new versions serve before old ones are retired.
+        Raises an error naming the model when the load fails (the record keeps the reason)."""
+        lock = self._locks.setdefault(name, asyncio.Lock())
+        async with lock:
+            folders = self.discover()
+            path = folders.get(name)
+            if path is None:
+                record = self.models.get(name)
+                if record is not None and record.states.get(None, ("",))[0] == UNAVAILABLE:
+                    raise unavailable(record.states[None][1])
+                raise not_found(f"failed to load '{name}': no model folder named '{name}' in "
+                                f"{', '.join(map(str, self.repositories))}")
+            old = self.models.get(name)
+            record = ModelRecord(name, path)
+            try:
+                config, filled = await asyncio.to_thread(self._configure, name, path,
+                                                         config_override)
+                versions = model_config_versions(name, path, config)
+            except InferenceServerError as exc:
+                record.states[None] = (UNAVAILABLE, exc.message)
+                self._install(name, record, old)
+                log.error("failed to load model '%s': %s", name, exc.message)
+                raise
+            config_json = config_to_json(config)
+            log.info("model '%s' configuration%s:\n%s", name,
+                     f" (auto-completed fields: {', '.join(filled)})" if filled else "",
+                     json_format.MessageToJson(config, preserving_proto_field_name=True))
+            errors = []
+            for version in versions:
+                record.states[version] = (LOADING, "")
+                try:
+                    loaded = await self._load_version(name, version, path, config, config_json)
+                except InferenceServerError as exc:
+                    record.states[version] = (UNAVAILABLE, exc.message)
+                    errors.append(exc)
+                    log.error("failed to load model '%s' version %d: %s", name, version,
+                              exc.message)
+                    continue
+                record.versions[version] = loaded
+                record.states[version] = (READY, "")
+                log.info("loaded model '%s' version %d", name, version)
+            if record.versions:
+                record.latest = record.versions[max(record.versions)]
+            self._install(name, record, old)
+            if old is not None:
+                await self._retire(old, keep=record)
+            if errors:
+                raise errors[0]
+
+    def _install(self, name: str, record: ModelRecord, old: ModelRecord | None) -> None:
+        # Keep serving old versions that failed to reload (Triton keeps the previous
+        # version of a model whose reload fails).
+        if old is not None and not record.versions and old.versions:
+            record.versions = dict(old.versions)
+            record.latest = old.latest
+            for version in old.versions:
+                record.states.setdefault(version, (READY, ""))
+        self.models[name] = record
+
+    async def unload(self, name: str) -> None:
+        lock = self._locks.setdefault(name, asyncio.Lock())
+        async with lock:
+            record = self.models.get(name)
+            if record is None:
+                if name in self.discover():
+                    return  # known but never loaded: nothing to do, as Triton
+                raise not_found(f"failed to unload '{name}': no model of that name")
+            unloaded = ModelRecord(name, record.path, states={
+                v: (UNAVAILABLE, "unloaded") for v in (record.versions or [None])})
+            self.models[name] = unloaded
+            await self._retire(record, keep=None)
+            log.info("unloaded model '%s'", name)
+
+    async def unload_all(self) -> None:
+        for name in list(self.models):
+            record = self.models[name]
+            if record.versions:
+                await self.unload(name)
+
+    async def _retire(self, record: ModelRecord, keep: ModelRecord | None) -> None:
+        """Drain and close the versions of ``record`` that ``keep`` does not serve."""
+        for version, loaded in record.versions.items():
+            if keep is not None and keep.versions.get(version) is loaded:
+                continue
+            await loaded.scheduler.drain()
+            for worker in loaded.context.workers:
+                await asyncio.to_thread(worker.close)
+
+    # --- loading ------------------------------------------------------------------------
+
+    def _configure(self, name: str, path: Path, override: str | None) -> tuple[ModelConfig, list[str]]:
+        """Read, auto-complete, default and validate a model's config (in a worker thread)."""
+        options = self.options
+        if override is not None:
+            config = ModelConfig()
+            try:
+                json_format.Parse(override, config)
+            except json_format.ParseError as exc:
+                raise invalid_arg(f"model '{name}': the config override is not a valid "
+                                  f"model configuration: {exc}") from None
+        else:
+            config = load_config_file(path)
+            if config is None:
+                if options.strict_model_config or options.disable_auto_complete_config:
+                    raise invalid_arg(
+                        f"model '{name}' has no config.pbtxt in {path}; one is required with "
+                        f"--strict-model-config=true or --disable-auto-complete-config")
+                config = ModelConfig()
+        before = {f.name for f, _ in config.ListFields()}
+        if not config.name:
+            config.name = name
+        backend_name = resolve_backend(config, name)
+        if backend_name == "ensemble":
+            raise unavailable(f"model '{name}': ensemble models are not supported yet")
+        backend = self.plugins.backend(backend_name,
+                                       options.backend_config.get(backend_name, {}))
+        if not options.strict_model_config and not options.disable_auto_complete_config:
+            try:
+                backend.auto_complete_config(config, path)
+            except InferenceServerError:
+                raise
+            except Exception as exc:
+                raise invalid_arg(f"model '{name}': auto-complete of the configuration "
+                                  f"failed: {type(exc).__name__}: {exc}") from exc
+        fill_defaults(config, name)
+        if not config.default_model_filename and backend.default_model_filename:
+            config.default_model_filename = backend.default_model_filename
+        validate_config(config, name)
+        filled = sorted({f.name for f, _ in config.ListFields()} - before)
+        return config, filled
+
+    async def _load_version(self, name: str, version: int, path: Path, config: ModelConfig,
+                            config_json: dict) -> ModelVersion:
+        backend = self.plugins.backend(config.backend,
+                                       self.options.backend_config.get(config.backend, {}))
+        instances = expand_instance_groups(name, config)
+        stats = ModelStats(name, version)
+        workers = await load_version(backend, name, version, path, config, instances,
+                                     self.options.backend_config.get(config.backend, {}))
+        context = SchedulingContext(name, version, config, workers, stats)
+        try:
+            factory = self.plugins.scheduler(config)
+            scheduler = factory(context)
+        except Exception as exc:
+            for worker in workers:
+                await asyncio.to_thread(worker.close)
+            if isinstance(exc, InferenceServerError):
+                raise
+            raise InferenceServerError(f"model '{name}': scheduler failed: {exc}",
+                                       Status.INTERNAL) from exc
+        return ModelVersion(name, version, config, ModelSignature(name, config), scheduler,
+                            context, stats, config_json)
+
+
+def _reason(record: ModelRecord) -> str:
+    return "; ".join(reason for state, reason in record.states.values() if reason)

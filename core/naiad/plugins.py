@@ -1,0 +1,158 @@
+"""Finding and loading plugins: the pluggy manager, entry points loaded lazily by name.
+
+A plugin distribution registers a module under one of :data:`ENTRY_POINT_GROUPS`. Nothing is
+imported at start-up: the first model that names backend ``onnxruntime`` loads the
+``naiad.backends`` entry point called ``onnxruntime`` and nothing else. Operators restrict
+what may load with an allow list (``--plugin``) and a block list (``--block-plugin``), both by
+entry point name or distribution name.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import logging
+import os
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import pluggy
+
+from naiad import hookspecs
+from naiad.config.platforms import BACKEND_DISTRIBUTIONS
+from naiad.errors import unavailable
+
+if TYPE_CHECKING:
+    from tritonclient.grpc.model_config_pb2 import ModelConfig
+
+    from naiad.scheduling.base import SchedulerFactory
+    from naiad.types import Backend, RepositorySource, ResponseCache
+
+log = logging.getLogger("naiad.plugins")
+
+ENTRY_POINT_GROUPS = {
+    "backend": "naiad.backends",
+    "cache": "naiad.caches",
+    "source": "naiad.sources",
+}
+
+# Plugins that ship inside the core, registered through the same hooks as any other.
+BUILTIN_PLUGINS = (
+    "naiad.repository.local",
+    "naiad.scheduling.default",
+)
+
+
+@dataclass(frozen=True)
+class InstalledPlugin:
+    """One entry point of an installed distribution (what ``naiad plugins`` lists)."""
+
+    group: str
+    name: str
+    value: str
+    distribution: str
+    version: str
+
+
+def installed_plugins() -> list[InstalledPlugin]:
+    """Every entry point in naiad's groups, without importing any of them."""
+    found = []
+    for group in ENTRY_POINT_GROUPS.values():
+        for ep in importlib.metadata.entry_points(group=group):
+            dist = ep.dist
+            found.append(
+                InstalledPlugin(
+                    group=group,
+                    name=ep.name,
+                    value=ep.value,
+                    distribution=dist.metadata["Name"] if dist else "?",
+                    version=dist.version if dist else "?",
+                )
+            )
+    return sorted(found, key=lambda p: (p.group, p.name))
+
+
+class PluginManager:
+    """naiad's pluggy manager plus lazy entry point loading and the allow/block lists."""
+
+    def __init__(self, allow: list[str] | None = None, block: list[str] | None = None) -> None:
+        self.pm = pluggy.PluginManager(hookspecs.PROJECT)
+        self.pm.add_hookspecs(hookspecs)
+        if os.environ.get("NAIAD_TRACE_HOOKS"):
+            self.pm.trace.root.setwriter(lambda msg: log.info("hook: %s", msg.rstrip()))
+            self.pm.enable_tracing()
+        self.allow = set(allow) if allow else None
+        self.block = set(block or ())
+        for module_name in BUILTIN_PLUGINS:
+            module = importlib.import_module(module_name)
+            self.pm.register(module, name=module_name)
+        self._backends: dict[str, Backend] = {}
+        self.pm.check_pending()
+
+    def register(self, plugin: object, name: str | None = None) -> None:
+        """Register an in-process plugin (tests, embedding applications)."""
+        self.pm.register(plugin, name=name)
+        self.pm.check_pending()
+
+    def _permitted(self, ep: importlib.metadata.EntryPoint) -> bool:
+        names = {ep.name}
+        if ep.dist is not None:
+            names.add(ep.dist.metadata["Name"])
+        if names & self.block:
+            return False
+        return self.allow is None or bool(names & self.allow)
+
+    def _load_entry_point(self, kind: str, name: str) -> bool:
+        """Import and register the entry point ``name`` of ``kind``; False if none may load."""
+        group = ENTRY_POINT_GROUPS[kind]
+        loaded = False
+        for ep in importlib.metadata.entry_points(group=group, name=name):
+            if not self._permitted(ep):
+                log.info("plugin %s:%s is installed but not permitted (--plugin/--block-plugin)",
+                         group, name)
+                continue
+            key = f"{group}:{name}"
+            if self.pm.has_plugin(key):
+                continue
+            self.pm.register(ep.load(), name=key)
+            self.pm.check_pending()
+            log.info("loaded plugin %s from %s", key, ep.value)
+            loaded = True
+        return loaded
+
+    def backend(self, name: str, backend_config: dict[str, str]) -> Backend:
+        """The backend called ``name``; loads its plugin the first time it is asked for."""
+        found = self._backends.get(name)
+        if found is not None:
+            return found
+        found = self.pm.hook.naiad_backend(name=name, backend_config=backend_config)
+        if found is None and self._load_entry_point("backend", name):
+            found = self.pm.hook.naiad_backend(name=name, backend_config=backend_config)
+        if found is None:
+            dist = BACKEND_DISTRIBUTIONS.get(name, f"a distribution with a 'naiad.backends' "
+                                                   f"entry point named '{name}'")
+            raise unavailable(f"backend '{name}' is not installed or not permitted: "
+                              f"install it with 'pip install {dist}'")
+        self._backends[name] = found
+        return found
+
+    def scheduler(self, config: ModelConfig) -> SchedulerFactory:
+        """The scheduler factory for a model config (the default scheduler claims the rest)."""
+        return self.pm.hook.naiad_scheduler(config=config)  # type: ignore[no-any-return]
+
+    def source(self, scheme: str) -> RepositorySource:
+        found = self.pm.hook.naiad_source(scheme=scheme)
+        if found is None and self._load_entry_point("source", scheme):
+            found = self.pm.hook.naiad_source(scheme=scheme)
+        if found is None:
+            raise unavailable(f"no repository source for '{scheme}://' is installed "
+                              f"(install the naiad-source-{scheme} distribution)")
+        return found  # type: ignore[no-any-return]
+
+    def cache(self, name: str, settings: dict[str, str]) -> ResponseCache:
+        found = self.pm.hook.naiad_cache(name=name, settings=settings)
+        if found is None and self._load_entry_point("cache", name):
+            found = self.pm.hook.naiad_cache(name=name, settings=settings)
+        if found is None:
+            raise unavailable(f"no response cache '{name}' is installed "
+                              f"(install the naiad-cache-{name} distribution)")
+        return found  # type: ignore[no-any-return]

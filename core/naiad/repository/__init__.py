@@ -1,0 +1,1 @@
+"""Model repositories: where model folders are found (sources) and how they are read."""

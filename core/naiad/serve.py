@@ -1,0 +1,161 @@
+"""Running the server process: the core, the HTTP, gRPC and metrics listeners, and shutdown.
+
+Everything shares one event loop (uvloop where available). SIGTERM or SIGINT stops new
+inferences, waits for those in flight up to ``--exit-timeout-secs``, closes the listeners,
+then unloads every model.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from naiad.frontends.http.app import HTTPFrontend
+from naiad.frontends.metrics import metrics_app
+from naiad.server import InferenceServer, ServerOptions
+
+log = logging.getLogger("naiad")
+
+HTTP_SERVERS = ("uvicorn", "hypercorn")
+
+
+@dataclass
+class Listeners:
+    """Which frontends listen where (tritonserver's flags)."""
+
+    http_address: str = "0.0.0.0"
+    http_port: int = 8000
+    allow_http: bool = True
+    grpc_address: str = "0.0.0.0"
+    grpc_port: int = 8001
+    allow_grpc: bool = True
+    metrics_address: str = "0.0.0.0"
+    metrics_port: int = 8002
+    allow_metrics: bool = True
+    http_server: str = "uvicorn"
+
+
+class _QuietUvicorn:
+    """A uvicorn server that leaves signal handling to naiad."""
+
+    def __init__(self, app: Any, host: str, port: int) -> None:
+        import uvicorn
+
+        class Server(uvicorn.Server):
+            @contextlib.contextmanager
+            def capture_signals(self) -> Iterator[None]:
+                yield
+
+        config = uvicorn.Config(app, host=host, port=port, loop="none", http="httptools",
+                                lifespan="off", access_log=False, log_level="warning",
+                                timeout_graceful_shutdown=5)
+        self.server = Server(config)
+        self.task: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        self.task = asyncio.create_task(self.server.serve())
+        while not self.server.started:
+            if self.task.done():
+                self.task.result()  # raises the bind error
+                raise RuntimeError("the HTTP server stopped during start-up")
+            await asyncio.sleep(0.01)
+
+    async def stop(self) -> None:
+        self.server.should_exit = True
+        if self.task is not None:
+            await self.task
+
+
+class _Hypercorn:
+    def __init__(self, app: Any, host: str, port: int) -> None:
+        from hypercorn.config import Config
+
+        self.app = app
+        self.config = Config()
+        self.config.bind = [f"{host}:{port}"]
+        self.config.accesslog = None
+        self.config.errorlog = logging.getLogger("naiad.hypercorn")
+        self.stopping = asyncio.Event()
+        self.task: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        from hypercorn.asyncio import serve
+
+        self.task = asyncio.create_task(
+            serve(self.app, self.config, shutdown_trigger=self.stopping.wait))  # type: ignore[arg-type]
+        await asyncio.sleep(0.05)
+        if self.task.done():
+            self.task.result()
+
+    async def stop(self) -> None:
+        self.stopping.set()
+        if self.task is not None:
+            await self.task
+
+
+def _http_listener(kind: str, app: Any, host: str, port: int) -> _QuietUvicorn | _Hypercorn:
+    return _QuietUvicorn(app, host, port) if kind == "uvicorn" else _Hypercorn(app, host, port)
+
+
+async def serve(options: ServerOptions, listeners: Listeners) -> int:
+    """Run until SIGTERM/SIGINT; the process exit code."""
+    server = InferenceServer(options)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
+    try:
+        await server.start()
+    except RuntimeError as exc:
+        log.error("%s", exc)
+        await server.shutdown(0)
+        return 1
+    started: list[Any] = []
+    grpc_server = None
+    try:
+        if listeners.allow_grpc:
+            from naiad.frontends.grpc import start_grpc_server
+
+            grpc_server = await start_grpc_server(server, listeners.grpc_address,
+                                                  listeners.grpc_port)
+            log.info("gRPC inference service at %s:%d", listeners.grpc_address,
+                     listeners.grpc_port)
+        if listeners.allow_http:
+            http = _http_listener(listeners.http_server, HTTPFrontend(server),
+                                  listeners.http_address, listeners.http_port)
+            await http.start()
+            started.append(http)
+            log.info("HTTP service at %s:%d (%s)", listeners.http_address, listeners.http_port,
+                     listeners.http_server)
+        if listeners.allow_metrics:
+            metrics = _http_listener("uvicorn", metrics_app(server), listeners.metrics_address,
+                                     listeners.metrics_port)
+            await metrics.start()
+            started.append(metrics)
+            log.info("metrics at http://%s:%d/metrics", listeners.metrics_address,
+                     listeners.metrics_port)
+    except (OSError, SystemExit) as exc:
+        log.error("failed to start a listener: %s", exc)
+        stop.set()
+    await stop.wait()
+    log.info("shutting down")
+    await server.shutdown(options.exit_timeout_secs)
+    if grpc_server is not None:
+        await grpc_server.stop(1.0)
+    for listener in reversed(started):
+        await listener.stop()
+    return 0
+
+
+def run(options: ServerOptions, listeners: Listeners) -> int:
+    """Run :func:`serve` on uvloop when it is installed."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.run(serve(options, listeners))
+    return uvloop.run(serve(options, listeners))

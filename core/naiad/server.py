@@ -1,0 +1,227 @@
+"""The protocol-free server core that both frontends call.
+
+Frontends decode the wire format into an :class:`InferenceRequest`, call
+:meth:`InferenceServer.infer`, and encode what comes back. Everything else a frontend
+answers (health, metadata, repository, statistics, shared memory) is a method here too, so
+HTTP and gRPC cannot drift apart.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass, field
+
+from tritonclient.grpc.model_config_pb2 import DataType
+
+from naiad import __version__
+from naiad.datatypes import config_to_datatype
+from naiad.errors import InferenceServerError, Status, invalid_arg, not_found, unavailable
+from naiad.models.manager import LoadOptions, ModelManager, ModelVersion
+from naiad.plugins import PluginManager
+from naiad.repository.scan import scheme_of
+from naiad.shm import SharedMemoryRegistry
+from naiad.types import InferenceRequest, InferenceResponse
+
+log = logging.getLogger("naiad.server")
+
+MIB = 1024 * 1024
+
+# The protocol extensions naiad implements (reported by GET /v2 and ServerMetadata).
+EXTENSIONS = [
+    "classification",
+    "model_repository",
+    "model_repository(unload_dependents)",
+    "schedule_policy",
+    "model_configuration",
+    "system_shared_memory",
+    "cuda_shared_memory",
+    "binary_tensor_data",
+    "parameters",
+    "statistics",
+    "trace",
+    "logging",
+]
+
+
+@dataclass
+class ServerOptions:
+    """Every setting of the server, with Triton's flag names and defaults."""
+
+    model_repositories: list[str] = field(default_factory=list)
+    strict_model_config: bool = False
+    disable_auto_complete_config: bool = False
+    exit_on_error: bool = True
+    exit_timeout_secs: int = 30
+    strict_readiness: bool = True
+    model_control_mode: str = "none"
+    load_models: list[str] = field(default_factory=list)
+    backend_config: dict[str, dict[str, str]] = field(default_factory=dict)
+    plugins_allowed: list[str] = field(default_factory=list)
+    plugins_blocked: list[str] = field(default_factory=list)
+    # Triton's --http-max-input-size: the largest request body, after decompression.
+    max_input_size: int = 64 * MIB
+
+
+class InferenceServer:
+    """Models, shared memory and the request path, shared by the HTTP and gRPC frontends."""
+
+    def __init__(self, options: ServerOptions, plugins: PluginManager | None = None) -> None:
+        self.options = options
+        self.plugins = plugins or PluginManager(options.plugins_allowed or None,
+                                                options.plugins_blocked)
+        repositories = [self.plugins.source(scheme_of(uri)).localize(uri)
+                        for uri in options.model_repositories]
+        self.models = ModelManager(repositories, self.plugins, LoadOptions(
+            strict_model_config=options.strict_model_config,
+            disable_auto_complete_config=options.disable_auto_complete_config,
+            backend_config=options.backend_config,
+        ))
+        self.shared_memory = SharedMemoryRegistry()
+        self.live = False
+        self.accepting = False
+        self.in_flight = 0
+        self._idle = asyncio.Event()
+
+    # --- lifecycle ----------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Load the models the control mode asks for; with ``--exit-on-error`` a failed
+        model fails start-up."""
+        self.live = True
+        mode = self.options.model_control_mode
+        names = (list(self.models.discover()) if mode != "explicit"
+                 else self._explicit_startup_models())
+        failed = []
+        for name in names:
+            try:
+                await self.models.load(name)
+            except InferenceServerError as exc:
+                failed.append(f"{name}: {exc.message}")
+        self.accepting = True
+        if failed and self.options.exit_on_error:
+            raise RuntimeError("models failed to load (--exit-on-error is true):\n  "
+                               + "\n  ".join(failed))
+
+    def _explicit_startup_models(self) -> list[str]:
+        wanted = self.options.load_models
+        if "*" in wanted:
+            return list(self.models.discover())
+        return list(wanted)
+
+    async def shutdown(self, timeout: float) -> None:
+        """Stop accepting inferences, wait for those in flight (up to ``timeout`` seconds),
+        then unload every model."""
+        self.accepting = False
+        if self.in_flight:
+            log.info("waiting for %d in-flight request(s) (up to %s s)", self.in_flight, timeout)
+            self._idle.clear()
+            try:
+                await asyncio.wait_for(self._idle.wait(), timeout)
+            except asyncio.TimeoutError:
+                log.warning("%d request(s) still in flight after %s s", self.in_flight, timeout)
+        await self.models.unload_all()
+        self.shared_memory.unregister_all()
+        self.live = False
+
+    @property
+    def ready(self) -> bool:
+        """Triton's readiness: live, accepting, and (strict) every loaded model ready."""
+        if not (self.live and self.accepting):
+            return False
+        if not self.options.strict_readiness:
+            return True
+        return all(state == "READY" for record in self.models.models.values()
+                   for state, _ in record.states.values() if record.states)
+
+    # --- inference ----------------------------------------------------------------------
+
+    def model(self, name: str, version: str = "") -> ModelVersion:
+        return self.models.get(name, version)
+
+    async def infer(self, model: ModelVersion, request: InferenceRequest) -> InferenceResponse:
+        """Check ``request`` against ``model`` and run it. Errors come back as exceptions."""
+        if not self.accepting:
+            raise unavailable("the server is shutting down and accepts no new requests")
+        request.arrival_ns = request.arrival_ns or time.perf_counter_ns()
+        model.signature.check(request)
+        self.in_flight += 1
+        try:
+            response = await model.scheduler.infer(request)
+        finally:
+            self.in_flight -= 1
+            if not self.in_flight:
+                self._idle.set()
+        if response.error is not None:
+            raise response.error
+        if request.requested_outputs is not None:
+            wanted = {o.name for o in request.requested_outputs}
+            response.outputs = [t for t in response.outputs if t.name in wanted]
+        return response
+
+    # --- metadata -----------------------------------------------------------------------
+
+    def server_metadata(self) -> dict:
+        return {"name": "naiad", "version": __version__, "extensions": EXTENSIONS}
+
+    def model_metadata(self, name: str, version: str = "") -> dict:
+        model = self.models.get(name, version)
+        batch = model.config.max_batch_size > 0
+
+        def tensors(items: object) -> list[dict]:
+            return [{
+                "name": t.name,
+                "datatype": config_to_datatype(_type_name(t.data_type)),
+                "shape": ([-1] if batch else []) + list(t.dims),
+            } for t in items]  # type: ignore[attr-defined]
+
+        return {
+            "name": name,
+            "versions": [str(v) for v in sorted(self.models.models[name].versions)],
+            "platform": model.config.platform or model.config.backend,
+            "inputs": tensors(model.config.input),
+            "outputs": tensors(model.config.output),
+        }
+
+    def model_config(self, name: str, version: str = "") -> dict:
+        return self.models.get(name, version).config_json
+
+    def statistics(self, name: str = "", version: str = "") -> list[dict]:
+        if not name:
+            return [v.stats.as_dict() for record in sorted(self.models.models.values(),
+                                                          key=lambda r: r.name)
+                    for _, v in sorted(record.versions.items())]
+        if version:
+            return [self.models.get(name, version).stats.as_dict()]
+        record = self.models.models.get(name)
+        if record is None or not record.versions:
+            if record is None:
+                raise not_found(f"Request for unknown model: '{name}' is not found")
+            raise unavailable(f"model '{name}' has no loaded version")
+        return [v.stats.as_dict() for _, v in sorted(record.versions.items())]
+
+    # --- repository ---------------------------------------------------------------------
+
+    def _check_control(self, action: str) -> None:
+        if self.options.model_control_mode != "explicit":
+            raise InferenceServerError(
+                f"explicit model {action} is not allowed when the model control mode is "
+                f"'{self.options.model_control_mode}' (start with --model-control-mode=explicit)",
+                Status.UNAVAILABLE)
+
+    async def load_model(self, name: str, config: str | None = None,
+                         files: dict[str, bytes] | None = None) -> None:
+        self._check_control("load")
+        if files:
+            raise invalid_arg(f"failed to load '{name}': loading model files through the "
+                              f"request is not supported")
+        await self.models.load(name, config)
+
+    async def unload_model(self, name: str) -> None:
+        self._check_control("unload")
+        await self.models.unload(name)
+
+
+def _type_name(value: int) -> str:
+    return DataType.Name(value)

@@ -1,0 +1,108 @@
+"""Inference statistics per model version, recorded once and read by every view.
+
+The statistics extension (HTTP and gRPC) and the Prometheus endpoint read these counters.
+The hot path only adds integers: durations are nanoseconds from ``time.perf_counter_ns``.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+
+@dataclass(slots=True)
+class Duration:
+    """A count and a cumulative duration in nanoseconds (Triton's ``StatisticDuration``)."""
+
+    count: int = 0
+    ns: int = 0
+
+    def add(self, ns: int, count: int = 1) -> None:
+        self.count += count
+        self.ns += ns
+
+
+@dataclass(slots=True)
+class BatchStats:
+    """Executions of one batch size (Triton's ``InferBatchStatistics``)."""
+
+    compute_input: Duration = field(default_factory=Duration)
+    compute_infer: Duration = field(default_factory=Duration)
+    compute_output: Duration = field(default_factory=Duration)
+
+
+@dataclass(slots=True)
+class ModelStats:
+    """Counters of one model version (Triton's ``ModelStatistics``)."""
+
+    name: str
+    version: int
+    last_inference_ms: int = 0
+    inference_count: int = 0
+    execution_count: int = 0
+    success: Duration = field(default_factory=Duration)
+    fail: Duration = field(default_factory=Duration)
+    queue: Duration = field(default_factory=Duration)
+    compute_input: Duration = field(default_factory=Duration)
+    compute_infer: Duration = field(default_factory=Duration)
+    compute_output: Duration = field(default_factory=Duration)
+    cache_hit: Duration = field(default_factory=Duration)
+    cache_miss: Duration = field(default_factory=Duration)
+    batches: dict[int, BatchStats] = field(default_factory=dict)
+
+    def record_execution(self, batch_size: int, requests: int, input_ns: int, infer_ns: int,
+                         output_ns: int) -> None:
+        """One backend execution of ``requests`` requests holding ``batch_size`` inferences."""
+        self.execution_count += 1
+        self.inference_count += batch_size
+        self.compute_input.add(input_ns, requests)
+        self.compute_infer.add(infer_ns, requests)
+        self.compute_output.add(output_ns, requests)
+        batch = self.batches.get(batch_size)
+        if batch is None:
+            batch = self.batches[batch_size] = BatchStats()
+        batch.compute_input.add(input_ns)
+        batch.compute_infer.add(infer_ns)
+        batch.compute_output.add(output_ns)
+
+    def record_request(self, ok: bool, total_ns: int, queue_ns: int) -> None:
+        """One finished request: its end-to-end time in the server and its queue time."""
+        (self.success if ok else self.fail).add(total_ns)
+        if ok:
+            self.queue.add(queue_ns)
+        self.last_inference_ms = time.time_ns() // 1_000_000
+
+    def as_dict(self) -> dict:
+        """The statistics extension's JSON form of this model version."""
+
+        def d(x: Duration) -> dict[str, int]:
+            return {"count": x.count, "ns": x.ns}
+
+        return {
+            "name": self.name,
+            "version": str(self.version),
+            "last_inference": self.last_inference_ms,
+            "inference_count": self.inference_count,
+            "execution_count": self.execution_count,
+            "inference_stats": {
+                "success": d(self.success),
+                "fail": d(self.fail),
+                "queue": d(self.queue),
+                "compute_input": d(self.compute_input),
+                "compute_infer": d(self.compute_infer),
+                "compute_output": d(self.compute_output),
+                "cache_hit": d(self.cache_hit),
+                "cache_miss": d(self.cache_miss),
+            },
+            "response_stats": {},
+            "batch_stats": [
+                {
+                    "batch_size": size,
+                    "compute_input": d(b.compute_input),
+                    "compute_infer": d(b.compute_infer),
+                    "compute_output": d(b.compute_output),
+                }
+                for size, b in sorted(self.batches.items())
+            ],
+            "memory_usage": [],
+        }

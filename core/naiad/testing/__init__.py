@@ -1,0 +1,5 @@
+"""Helpers for testing naiad and its plugins: real server processes and a conformance kit."""
+
+from naiad.testing.server import ServerProcess, free_port, naiad_server
+
+__all__ = ["ServerProcess", "free_port", "naiad_server"]

@@ -1,0 +1,146 @@
+"""Start a real inference server process on free loopback ports and wait until it is ready.
+
+Used by naiad's own end-to-end tests, by the Triton differential suite (the same class
+starts ``tritonserver``) and by plugin authors who want to serve their backend for real.
+"""
+
+from __future__ import annotations
+
+import http.client
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+
+SECONDS = 1.0
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class ServerProcess:
+    """A server started as ``cmd`` (a list; ``{http_port}``-style placeholders are filled).
+
+    ``start()`` waits until ``GET /v2/health/ready`` answers 200 (or ``ready_status``), the
+    process exits, or ``ready_timeout`` passes. ``stop()`` sends SIGTERM to the process group
+    and SIGKILL after ``stop_timeout``.
+    """
+
+    def __init__(
+        self,
+        cmd: Sequence[str],
+        *,
+        env: dict[str, str] | None = None,
+        cwd: str | Path | None = None,
+        ready_timeout: float = 60 * SECONDS,
+        stop_timeout: float = 20 * SECONDS,
+        ready_status: int = 200,
+    ) -> None:
+        self.http_port = free_port()
+        self.grpc_port = free_port()
+        self.metrics_port = free_port()
+        ports = {
+            "http_port": self.http_port,
+            "grpc_port": self.grpc_port,
+            "metrics_port": self.metrics_port,
+        }
+        self.cmd = [part.format(**ports) for part in cmd]
+        self.env = {**os.environ, **(env or {})}
+        self.cwd = cwd
+        self.ready_timeout = ready_timeout
+        self.stop_timeout = stop_timeout
+        self.ready_status = ready_status
+        self.log_path = Path(tempfile.mkstemp(prefix="naiad-server-", suffix=".log")[1])
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def http_url(self) -> str:
+        """``127.0.0.1:PORT`` as tritonclient.http expects it."""
+        return f"127.0.0.1:{self.http_port}"
+
+    @property
+    def grpc_url(self) -> str:
+        return f"127.0.0.1:{self.grpc_port}"
+
+    def log(self) -> str:
+        """Everything the server printed so far (stdout and stderr)."""
+        return self.log_path.read_text(errors="replace")
+
+    def start(self) -> ServerProcess:
+        with open(self.log_path, "wb") as log:
+            self.process = subprocess.Popen(
+                self.cmd,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=self.env,
+                cwd=self.cwd,
+                start_new_session=True,
+            )
+        deadline = time.monotonic() + self.ready_timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(
+                    f"server exited with {self.process.returncode} before it was ready:\n"
+                    f"{self.log()}"
+                )
+            if self._ready():
+                return self
+            time.sleep(0.05)
+        self.stop()
+        raise RuntimeError(f"server not ready after {self.ready_timeout} s:\n{self.log()}")
+
+    def _ready(self) -> bool:
+        try:
+            conn = http.client.HTTPConnection("127.0.0.1", self.http_port, timeout=2)
+            conn.request("GET", "/v2/health/ready")
+            status = conn.getresponse().status
+            conn.close()
+        except OSError:
+            return False
+        return status == self.ready_status
+
+    def signal(self, signum: int) -> None:
+        assert self.process is not None
+        os.killpg(self.process.pid, signum)
+
+    def stop(self) -> int | None:
+        """Stop the server (SIGTERM, then SIGKILL); return its exit code."""
+        if self.process is None or self.process.poll() is not None:
+            return None if self.process is None else self.process.returncode
+        try:
+            self.signal(signal.SIGTERM)
+            return self.process.wait(self.stop_timeout)
+        except subprocess.TimeoutExpired:
+            self.signal(signal.SIGKILL)
+            return self.process.wait(self.stop_timeout)
+        except ProcessLookupError:
+            return self.process.wait(self.stop_timeout)
+
+    def __enter__(self) -> ServerProcess:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+@contextmanager
+def naiad_server(*args: str, env: dict[str, str] | None = None, **kwargs: object) -> Iterator[ServerProcess]:
+    """``naiad serve ARGS`` on free loopback ports (HTTP, gRPC, metrics), ready on entry."""
+    cmd = [
+        sys.executable, "-m", "naiad", "serve",
+        "--http-address", "127.0.0.1", "--grpc-address", "127.0.0.1",
+        "--http-port", "{http_port}", "--grpc-port", "{grpc_port}",
+        "--metrics-port", "{metrics_port}", *args,
+    ]
+    with ServerProcess(cmd, env=env, **kwargs) as server:  # type: ignore[arg-type]
+        yield server

@@ -1,0 +1,141 @@
+"""The public types plugins see: tensors, requests, responses and the plugin base classes.
+
+Plugins never see HTTP or gRPC. A frontend decodes a wire request into an
+:class:`InferenceRequest`, the model's :class:`Scheduler` hands batches of them to a
+:class:`ModelInstance` (made by the model's :class:`Backend`), and the frontend encodes the
+:class:`InferenceResponse` it gets back.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from tritonclient.grpc.model_config_pb2 import ModelConfig
+
+    from naiad.errors import InferenceServerError
+
+
+@dataclass(slots=True)
+class Tensor:
+    """A named tensor. ``data`` is a numpy array of ``shape``; BYTES is an object array."""
+
+    name: str
+    datatype: str
+    shape: tuple[int, ...]
+    data: np.ndarray
+    parameters: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class RequestedOutput:
+    """An output the client asked for, with its per-output parameters (``binary_data``...)."""
+
+    name: str
+    parameters: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class InferenceRequest:
+    """One client request, already checked against the model's inputs."""
+
+    model_name: str
+    model_version: int
+    inputs: dict[str, Tensor]
+    id: str = ""
+    # None means every output of the model.
+    requested_outputs: list[RequestedOutput] | None = None
+    parameters: dict[str, Any] = field(default_factory=dict)
+    # Filled by the core: when the request entered the server (time.perf_counter_ns()).
+    arrival_ns: int = 0
+
+
+@dataclass(slots=True)
+class InferenceResponse:
+    """The answer to one request: its outputs, or ``error`` when that request failed."""
+
+    outputs: list[Tensor] = field(default_factory=list)
+    parameters: dict[str, Any] = field(default_factory=dict)
+    error: InferenceServerError | None = None
+
+
+@dataclass(slots=True, frozen=True)
+class InstanceInfo:
+    """Which instance of a model a :class:`ModelInstance` is (from ``instance_group``)."""
+
+    name: str  # e.g. "add_sub_0_0", as Triton names instances
+    kind: str  # "KIND_CPU", "KIND_GPU", "KIND_MODEL"
+    device_id: int  # GPU ordinal for KIND_GPU, 0 otherwise
+    index: int  # 0-based position among all instances of the model version
+
+
+@dataclass(slots=True, frozen=True)
+class ModelContext:
+    """What a backend needs to load one version of a model."""
+
+    name: str
+    version: int
+    config: ModelConfig
+    model_dir: Path  # <repository>/<model>
+    version_dir: Path  # <repository>/<model>/<version>
+    repository: Path
+    # --backend-config values for this backend (KEY=VALUE pairs).
+    backend_config: dict[str, str]
+
+
+class ModelInstance(abc.ABC):
+    """One loaded copy of a model version. ``execute`` runs in a worker thread, never on the
+    event loop, and gets a batch of requests (one element unless the scheduler batched)."""
+
+    @abc.abstractmethod
+    def execute(self, requests: Sequence[InferenceRequest]) -> list[InferenceResponse]:
+        """Run the model on ``requests``; return one response per request, in order."""
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Release the instance's resources (called once, from a worker thread)."""
+
+
+class Backend(abc.ABC):
+    """A backend plugin: turns a model folder into instances that execute requests."""
+
+    #: the ``backend:`` name in config.pbtxt this backend serves
+    name: str = ""
+    #: the file or folder in the version directory when config.pbtxt names none
+    default_model_filename: str = ""
+
+    def auto_complete_config(self, config: ModelConfig, model_dir: Path) -> list[str]:
+        """Fill what ``config`` leaves out (inputs, outputs, max_batch_size), in place, from
+        the model file. Return the names of the top-level fields that were filled in, so the
+        load log can mark them. Called unless ``--disable-auto-complete-config``."""
+        return []
+
+    @abc.abstractmethod
+    def create_instance(self, context: ModelContext, instance: InstanceInfo) -> ModelInstance:
+        """Load one instance. Runs in a worker thread; raise to fail the model's load with
+        the exception's message as the reason."""
+
+
+class RepositorySource(abc.ABC):
+    """Where model repositories live: maps a ``--model-repository`` URI to a local folder."""
+
+    @abc.abstractmethod
+    def localize(self, uri: str) -> Path:
+        """Return a local folder holding the repository named by ``uri`` (download if remote)."""
+
+
+class ResponseCache(abc.ABC):
+    """A response cache keyed by a hash of the model, version and inputs."""
+
+    @abc.abstractmethod
+    def lookup(self, key: bytes) -> InferenceResponse | None:
+        """The cached response for ``key``, or None."""
+
+    @abc.abstractmethod
+    def insert(self, key: bytes, response: InferenceResponse) -> None:
+        """Remember ``response`` under ``key``."""
