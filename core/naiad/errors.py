@@ -54,11 +54,11 @@ def unsupported(message: str) -> InferenceServerError:
     return InferenceServerError(message, Status.UNSUPPORTED)
 
 
-# The tables follow what tritonserver 2.51 sends (an unknown model is 400 over HTTP and
-# NOT_FOUND over gRPC), except that naiad never answers 500 for something the client sent.
+# The tables follow what tritonserver 2.51 sends (tests/compat/TRITON_OBSERVED.md), except
+# that naiad never answers 500 for something the client sent.
 _HTTP = {
     Status.INVALID_ARG: 400,
-    Status.NOT_FOUND: 400,
+    Status.NOT_FOUND: 404,
     Status.UNAVAILABLE: 503,
     Status.UNSUPPORTED: 400,
     Status.ALREADY_EXISTS: 409,

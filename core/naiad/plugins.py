@@ -113,7 +113,13 @@ class PluginManager:
             key = f"{group}:{name}"
             if self.pm.has_plugin(key):
                 continue
-            self.pm.register(ep.load(), name=key)
+            try:
+                plugin = ep.load()
+            except Exception as exc:  # a broken plugin fails its models, not the server
+                dist = ep.dist.metadata["Name"] if ep.dist else ep.value
+                raise unavailable(f"plugin '{name}' ({dist}) failed to import: "
+                                  f"{type(exc).__name__}: {exc}") from exc
+            self.pm.register(plugin, name=key)
             self.pm.check_pending()
             log.info("loaded plugin %s from %s", key, ep.value)
             loaded = True

@@ -17,7 +17,7 @@ from tritonclient.grpc.model_config_pb2 import DataType
 
 from naiad import __version__
 from naiad.datatypes import config_to_datatype
-from naiad.errors import InferenceServerError, Status, invalid_arg, not_found, unavailable
+from naiad.errors import InferenceServerError, Status, invalid_arg, unavailable
 from naiad.models.manager import LoadOptions, ModelManager, ModelVersion
 from naiad.plugins import PluginManager
 from naiad.repository.scan import scheme_of
@@ -30,18 +30,12 @@ MIB = 1024 * 1024
 
 # The protocol extensions naiad implements (reported by GET /v2 and ServerMetadata).
 EXTENSIONS = [
-    "classification",
     "model_repository",
-    "model_repository(unload_dependents)",
-    "schedule_policy",
     "model_configuration",
     "system_shared_memory",
-    "cuda_shared_memory",
     "binary_tensor_data",
     "parameters",
     "statistics",
-    "trace",
-    "logging",
 ]
 
 
@@ -130,10 +124,13 @@ class InferenceServer:
         """Triton's readiness: live, accepting, and (strict) every loaded model ready."""
         if not (self.live and self.accepting):
             return False
-        if not self.options.strict_readiness:
+        if not self.options.strict_readiness or self.options.model_control_mode != "explicit":
+            # As in Triton: without explicit control, models that failed at start-up are
+            # dropped (--exit-on-error=false) and do not hold readiness back.
             return True
-        return all(state == "READY" for record in self.models.models.values()
-                   for state, _ in record.states.values() if record.states)
+        return not any(state == "UNAVAILABLE" and reason != "unloaded"
+                       for record in self.models.models.values()
+                       for state, reason in record.states.values())
 
     # --- inference ----------------------------------------------------------------------
 
@@ -192,13 +189,15 @@ class InferenceServer:
             return [v.stats.as_dict() for record in sorted(self.models.models.values(),
                                                           key=lambda r: r.name)
                     for _, v in sorted(record.versions.items())]
-        if version:
-            return [self.models.get(name, version).stats.as_dict()]
         record = self.models.models.get(name)
         if record is None or not record.versions:
-            if record is None:
-                raise not_found(f"Request for unknown model: '{name}' is not found")
-            raise unavailable(f"model '{name}' has no loaded version")
+            raise invalid_arg(f"requested model '{name}' is not available")
+        if version:
+            try:
+                return [self.models.get(name, version).stats.as_dict()]
+            except InferenceServerError:
+                raise invalid_arg(f"requested model '{name}' version {version} is not "
+                                  f"available") from None
         return [v.stats.as_dict() for _, v in sorted(record.versions.items())]
 
     # --- repository ---------------------------------------------------------------------

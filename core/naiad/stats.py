@@ -48,16 +48,14 @@ class ModelStats:
     compute_output: Duration = field(default_factory=Duration)
     cache_hit: Duration = field(default_factory=Duration)
     cache_miss: Duration = field(default_factory=Duration)
+    # requests waiting for an instance right now (nv_inference_pending_request_count)
+    pending: int = 0
     batches: dict[int, BatchStats] = field(default_factory=dict)
 
-    def record_execution(self, batch_size: int, requests: int, input_ns: int, infer_ns: int,
+    def record_execution(self, batch_size: int, input_ns: int, infer_ns: int,
                          output_ns: int) -> None:
-        """One backend execution of ``requests`` requests holding ``batch_size`` inferences."""
+        """One backend execution of a batch holding ``batch_size`` inferences."""
         self.execution_count += 1
-        self.inference_count += batch_size
-        self.compute_input.add(input_ns, requests)
-        self.compute_infer.add(infer_ns, requests)
-        self.compute_output.add(output_ns, requests)
         batch = self.batches.get(batch_size)
         if batch is None:
             batch = self.batches[batch_size] = BatchStats()
@@ -65,11 +63,19 @@ class ModelStats:
         batch.compute_infer.add(infer_ns)
         batch.compute_output.add(output_ns)
 
-    def record_request(self, ok: bool, total_ns: int, queue_ns: int) -> None:
-        """One finished request: its end-to-end time in the server and its queue time."""
-        (self.success if ok else self.fail).add(total_ns)
+    def record_request(self, ok: bool, batch_size: int, total_ns: int, queue_ns: int,
+                       input_ns: int, infer_ns: int, output_ns: int) -> None:
+        """One finished request. As in Triton, a failed request counts only as a failure:
+        its inferences, queue and compute times are not added."""
         if ok:
+            self.inference_count += batch_size
+            self.success.add(total_ns)
             self.queue.add(queue_ns)
+            self.compute_input.add(input_ns)
+            self.compute_infer.add(infer_ns)
+            self.compute_output.add(output_ns)
+        else:
+            self.fail.add(total_ns)
         self.last_inference_ms = time.time_ns() // 1_000_000
 
     def as_dict(self) -> dict:

@@ -1,63 +1,134 @@
 """The Prometheus endpoint (``GET /metrics`` on the metrics port), in Triton's names.
 
 It renders the same counters the statistics extension reads (naiad.stats), so the two views
-cannot disagree.
+cannot disagree. Label names are sorted, as Triton prints them.
 """
 
 from __future__ import annotations
 
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import PlainTextResponse
+from starlette.responses import Response
 from starlette.routing import Route
 
 from naiad.server import InferenceServer
+from naiad.stats import ModelStats
 
 NS_PER_US = 1000
+# Triton's failure reasons; naiad counts a request as failed only when its model failed it.
+FAILURE_REASONS = ("BACKEND", "CANCELED", "OTHER", "REJECTED")
 
-# (metric name, help text, type, value of a ModelStats)
-_METRICS = [
-    ("nv_inference_request_success", "Number of successful inference requests, all batch "
-     "sizes", "counter", lambda s: s.success.count),
-    ("nv_inference_request_failure", "Number of failed inference requests, all batch sizes",
-     "counter", lambda s: s.fail.count),
-    ("nv_inference_count", "Number of inferences performed (does not include cached "
-     "requests)", "counter", lambda s: s.inference_count),
-    ("nv_inference_exec_count", "Number of model executions performed (does not include "
-     "cached requests)", "counter", lambda s: s.execution_count),
-    ("nv_inference_request_duration_us", "Cumulative inference request duration in "
-     "microseconds (includes cached requests)", "counter",
+_COUNTERS = [
+    ("nv_inference_request_success",
+     "Number of successful inference requests, all batch sizes",
+     lambda s: s.success.count),
+    ("nv_inference_count",
+     "Number of inferences performed (does not include cached requests)",
+     lambda s: s.inference_count),
+    ("nv_inference_exec_count",
+     "Number of model executions performed (does not include cached requests)",
+     lambda s: s.execution_count),
+    ("nv_inference_request_duration_us",
+     "Cumulative inference request duration in microseconds (includes cached requests)",
      lambda s: (s.success.ns + s.fail.ns) // NS_PER_US),
-    ("nv_inference_queue_duration_us", "Cumulative inference queuing duration in "
-     "microseconds (includes cached requests)", "counter", lambda s: s.queue.ns // NS_PER_US),
-    ("nv_inference_compute_input_duration_us", "Cumulative compute input duration in "
-     "microseconds (does not include cached requests)", "counter",
+    ("nv_inference_queue_duration_us",
+     "Cumulative inference queuing duration in microseconds (includes cached requests)",
+     lambda s: s.queue.ns // NS_PER_US),
+    ("nv_inference_compute_input_duration_us",
+     "Cumulative compute input duration in microseconds (does not include cached requests)",
      lambda s: s.compute_input.ns // NS_PER_US),
-    ("nv_inference_compute_infer_duration_us", "Cumulative compute inference duration in "
-     "microseconds (does not include cached requests)", "counter",
-     lambda s: s.compute_infer.ns // NS_PER_US),
-    ("nv_inference_compute_output_duration_us", "Cumulative inference compute output "
-     "duration in microseconds (does not include cached requests)", "counter",
-     lambda s: s.compute_output.ns // NS_PER_US),
+    ("nv_inference_compute_infer_duration_us",
+     "Cumulative compute inference duration in microseconds (does not include cached "
+     "requests)", lambda s: s.compute_infer.ns // NS_PER_US),
+    ("nv_inference_compute_output_duration_us",
+     "Cumulative inference compute output duration in microseconds (does not include cached "
+     "requests)", lambda s: s.compute_output.ns // NS_PER_US),
 ]
 
 
-def render_metrics(server: InferenceServer) -> str:
-    """The Prometheus text exposition of every loaded model version's counters."""
-    versions = [v for record in sorted(server.models.models.values(), key=lambda r: r.name)
-                for _, v in sorted(record.versions.items())]
-    lines = []
-    for name, help_text, kind, value in _METRICS:
-        lines.append(f"# HELP {name} {help_text}")
-        lines.append(f"# TYPE {name} {kind}")
-        for v in versions:
-            lines.append(f'{name}{{model="{v.name}",version="{v.version}"}} {value(v.stats)}')
+def _family(lines: list[str], name: str, help_text: str, kind: str) -> None:
+    lines.append(f"# HELP {name} {help_text}")
+    lines.append(f"# TYPE {name} {kind}")
+
+
+def _memory() -> tuple[int, int]:
+    """(total, used) bytes of RAM from /proc/meminfo; (0, 0) where there is none."""
+    info = {}
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                info[key] = int(value.split()[0]) * 1024
+    except (OSError, ValueError, IndexError):
+        return 0, 0
+    total = info.get("MemTotal", 0)
+    return total, total - info.get("MemAvailable", info.get("MemFree", 0))
+
+
+class CpuUtilization:
+    """Busy share of all cores between two scrapes, from /proc/stat (as Triton reports)."""
+
+    def __init__(self) -> None:
+        self._last = self._read()
+
+    @staticmethod
+    def _read() -> tuple[int, int]:
+        try:
+            with open("/proc/stat") as f:
+                values = [int(v) for v in f.readline().split()[1:]]
+        except (OSError, ValueError):
+            return 0, 0
+        idle = values[3] + (values[4] if len(values) > 4 else 0)  # idle + iowait
+        return sum(values), idle
+
+    def sample(self) -> float:
+        total, idle = self._read()
+        last_total, last_idle = self._last
+        self._last = (total, idle)
+        if total <= last_total:
+            return 0.0
+        return max(0.0, min(1.0, 1 - (idle - last_idle) / (total - last_total)))
+
+
+def render_metrics(server: InferenceServer, cpu: CpuUtilization) -> str:
+    """The Prometheus text exposition of every loaded model version and the host."""
+    stats: list[ModelStats] = [
+        v.stats for record in sorted(server.models.models.values(), key=lambda r: r.name)
+        for _, v in sorted(record.versions.items())]
+    lines: list[str] = []
+    for name, help_text, value in _COUNTERS[:1]:
+        _family(lines, name, help_text, "counter")
+        lines.extend(f'{name}{{model="{s.name}",version="{s.version}"}} {value(s)}'
+                     for s in stats)
+    _family(lines, "nv_inference_request_failure",
+            "Number of failed inference requests, all batch sizes", "counter")
+    for s in stats:
+        for reason in FAILURE_REASONS:
+            count = s.fail.count if reason == "BACKEND" else 0
+            lines.append(f'nv_inference_request_failure{{model="{s.name}",reason="{reason}",'
+                         f'version="{s.version}"}} {count}')
+    for name, help_text, value in _COUNTERS[1:]:
+        _family(lines, name, help_text, "counter")
+        lines.extend(f'{name}{{model="{s.name}",version="{s.version}"}} {value(s)}'
+                     for s in stats)
+    _family(lines, "nv_inference_pending_request_count",
+            "Instantaneous number of pending requests awaiting execution per-model.", "gauge")
+    lines.extend(f'nv_inference_pending_request_count{{model="{s.name}",version="{s.version}"}}'
+                 f' {s.pending}' for s in stats)
+    total, used = _memory()
+    _family(lines, "nv_cpu_memory_total_bytes", "CPU total memory (RAM), in bytes", "gauge")
+    lines.append(f"nv_cpu_memory_total_bytes {total}")
+    _family(lines, "nv_cpu_memory_used_bytes", "CPU used memory (RAM), in bytes", "gauge")
+    lines.append(f"nv_cpu_memory_used_bytes {used}")
+    _family(lines, "nv_cpu_utilization", "CPU utilization rate [0.0 - 1.0]", "gauge")
+    lines.append(f"nv_cpu_utilization {cpu.sample():.4f}")
     return "\n".join(lines) + "\n"
 
 
 def metrics_app(server: InferenceServer) -> Starlette:
-    async def metrics(request: Request) -> PlainTextResponse:
-        return PlainTextResponse(render_metrics(server),
-                                 media_type="text/plain; version=0.0.4; charset=utf-8")
+    cpu = CpuUtilization()
+
+    async def metrics(request: Request) -> Response:
+        return Response(render_metrics(server, cpu), media_type="text/plain; charset=utf-8")
 
     return Starlette(routes=[Route("/metrics", metrics)])

@@ -32,11 +32,11 @@ async def load_version(backend: Backend, name: str, version: int, path: Path,
                  for info in instances]
     results = await asyncio.gather(
         *(loop.run_in_executor(ex, backend.create_instance, context, info)
-          for ex, info in zip(executors, instances)),
+          for ex, info in zip(executors, instances, strict=False)),
         return_exceptions=True,
     )
     workers, failure = [], None
-    for result, info, executor in zip(results, instances, executors):
+    for result, info, executor in zip(results, instances, executors, strict=False):
         if isinstance(result, BaseException):
             failure = failure or (info, result)
             executor.shutdown(wait=False)

@@ -147,7 +147,8 @@ class ModelManager:
                 if version is not None:
                     entry["version"] = str(version)
                 entry["state"] = state
-                entry["reason"] = reason
+                if reason:
+                    entry["reason"] = reason
                 entries.append(entry)
         return entries
 
@@ -246,7 +247,8 @@ class ModelManager:
 
     # --- loading ------------------------------------------------------------------------
 
-    def _configure(self, name: str, path: Path, override: str | None) -> tuple[ModelConfig, list[str]]:
+    def _configure(self, name: str, path: Path, override: str | None
+                   ) -> tuple[ModelConfig, list[str]]:
         """Read, auto-complete, default and validate a model's config (in a worker thread)."""
         options = self.options
         if override is not None:
@@ -267,7 +269,7 @@ class ModelManager:
         before = {f.name for f, _ in config.ListFields()}
         if not config.name:
             config.name = name
-        backend_name = resolve_backend(config, name)
+        backend_name = resolve_backend(config, name, path)
         if backend_name == "ensemble":
             raise unavailable(f"model '{name}': ensemble models are not supported yet")
         backend = self.plugins.backend(backend_name,
@@ -281,8 +283,6 @@ class ModelManager:
                 raise invalid_arg(f"model '{name}': auto-complete of the configuration "
                                   f"failed: {type(exc).__name__}: {exc}") from exc
         fill_defaults(config, name)
-        if not config.default_model_filename and backend.default_model_filename:
-            config.default_model_filename = backend.default_model_filename
         validate_config(config, name)
         filled = sorted({f.name for f, _ in config.ListFields()} - before)
         return config, filled

@@ -33,7 +33,7 @@ class TensorSpec:
     def matches(self, shape: tuple[int, ...]) -> bool:
         if len(shape) != len(self.dims):
             return False
-        return all(want == -1 or want == got for want, got in zip(self.dims, shape))
+        return all(want == -1 or want == got for want, got in zip(self.dims, shape, strict=False))
 
 
 class ModelSignature:

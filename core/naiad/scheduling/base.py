@@ -23,7 +23,7 @@ class InstanceWorker:
     streams, thread-local sessions) stays put, and instances run in parallel.
     """
 
-    __slots__ = ("instance", "info", "executor", "model_name")
+    __slots__ = ("executor", "info", "instance", "model_name")
 
     def __init__(self, instance: ModelInstance, info: InstanceInfo, model_name: str,
                  executor: ThreadPoolExecutor) -> None:
@@ -32,7 +32,8 @@ class InstanceWorker:
         self.model_name = model_name
         self.executor = executor
 
-    def execute(self, requests: Sequence[InferenceRequest]) -> tuple[list[InferenceResponse], int, int]:
+    def execute(self, requests: Sequence[InferenceRequest]
+                ) -> tuple[list[InferenceResponse], int, int]:
         """Run a batch on this thread: (responses, start ns, end ns). Never raises: a failing
         backend becomes one error response per request."""
         start = time.perf_counter_ns()

@@ -62,8 +62,12 @@ class DefaultScheduler(Scheduler):
 
     async def infer(self, request: InferenceRequest) -> InferenceResponse:
         self._in_flight += 1
+        self.stats.pending += 1
         try:
-            worker = await self._acquire()
+            try:
+                worker = await self._acquire()
+            finally:
+                self.stats.pending -= 1
             dispatched = time.perf_counter_ns()
             try:
                 responses, start, end = await run_on_worker(worker, (request,))
@@ -71,11 +75,12 @@ class DefaultScheduler(Scheduler):
                 self._release(worker)
             done = time.perf_counter_ns()
             response = responses[0]
-            stats = self.stats
-            stats.record_execution(batch_size_of(request, self.batching), 1,
-                                   start - dispatched, end - start, done - end)
-            stats.record_request(response.error is None, done - request.arrival_ns,
-                                 dispatched - request.arrival_ns)
+            batch = batch_size_of(request, self.batching)
+            input_ns, infer_ns, output_ns = start - dispatched, end - start, done - end
+            self.stats.record_execution(batch, input_ns, infer_ns, output_ns)
+            self.stats.record_request(response.error is None, batch, done - request.arrival_ns,
+                                      dispatched - request.arrival_ns, input_ns, infer_ns,
+                                      output_ns)
             return response
         finally:
             self._in_flight -= 1

@@ -134,7 +134,8 @@ class ServerProcess:
 
 
 @contextmanager
-def naiad_server(*args: str, env: dict[str, str] | None = None, **kwargs: object) -> Iterator[ServerProcess]:
+def naiad_server(*args: str, env: dict[str, str] | None = None,
+                 **kwargs: object) -> Iterator[ServerProcess]:
     """``naiad serve ARGS`` on free loopback ports (HTTP, gRPC, metrics), ready on entry."""
     cmd = [
         sys.executable, "-m", "naiad", "serve",

@@ -182,7 +182,7 @@ class HTTPFrontend:
 
     async def infer_fallback(self, request: Request) -> Response:
         # Reached only for paths the fast matcher did not take (e.g. a trailing slash).
-        await self._infer(request.scope, request.receive, request._send,  # noqa: SLF001
+        await self._infer(request.scope, request.receive, request._send,
                           request.path_params["model"], request.path_params.get("version", ""))
         return Response(status_code=204)  # pragma: no cover - the response was already sent
 

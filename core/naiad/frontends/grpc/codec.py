@@ -1,0 +1,271 @@
+"""``ModelInferRequest`` -> :class:`InferenceRequest` and :class:`InferenceResponse` ->
+``ModelInferResponse``, with Triton's rules for where tensor data lives.
+
+An input takes its data from exactly one place: a registered shared memory region (its
+``shared_memory_*`` parameters), its typed ``contents`` field, or the next entry of the
+request's ``raw_input_contents`` (index-aligned with the inputs that use neither). Raw bytes
+become ``np.frombuffer`` views, never copies. Every output gets one ``raw_output_contents``
+entry, empty when the output went to shared memory, as tritonserver does.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tritonclient.grpc import service_pb2
+
+from naiad.datatypes import NUMPY_DTYPES
+from naiad.errors import invalid_arg, unsupported
+from naiad.frontends.tensors import (
+    check_header,
+    from_list,
+    from_raw,
+    read_shm_input,
+    shm_output_target,
+    to_raw,
+)
+from naiad.shm import SharedMemoryRegistry
+from naiad.types import InferenceRequest, InferenceResponse, RequestedOutput, Tensor
+
+ModelInferRequest = service_pb2.ModelInferRequest
+ModelInferResponse = service_pb2.ModelInferResponse
+
+# The typed ``contents`` field that carries each datatype (FP16 and BF16 have none: raw only).
+CONTENTS_FIELD: dict[str, str] = {
+    "BOOL": "bool_contents",
+    "INT8": "int_contents",
+    "INT16": "int_contents",
+    "INT32": "int_contents",
+    "INT64": "int64_contents",
+    "UINT8": "uint_contents",
+    "UINT16": "uint_contents",
+    "UINT32": "uint_contents",
+    "UINT64": "uint64_contents",
+    "FP32": "fp32_contents",
+    "FP64": "fp64_contents",
+    "BYTES": "bytes_contents",
+}
+
+_SHM_REGION = "shared_memory_region"
+
+
+# --- parameters ---------------------------------------------------------------------------
+
+
+def params_to_dict(params: Any) -> dict[str, Any]:
+    """A protobuf map of ``InferParameter`` (or ``ModelRepositoryParameter``) -> plain dict.
+    An entry with no value set becomes None."""
+    if not params:
+        return {}
+    out = {}
+    for key, value in params.items():
+        which = value.WhichOneof("parameter_choice")
+        out[key] = getattr(value, which) if which is not None else None
+    return out
+
+
+def set_params(target: Any, params: dict[str, Any]) -> None:
+    """Fill a protobuf ``map<string, InferParameter>`` from a plain dict."""
+    for key, value in params.items():
+        param = target[key]
+        if isinstance(value, bool):
+            param.bool_param = value
+        elif isinstance(value, int):
+            if value > 0x7FFFFFFFFFFFFFFF:
+                param.uint64_param = value
+            else:
+                param.int64_param = value
+        elif isinstance(value, float):
+            param.double_param = value
+        else:
+            param.string_param = str(value)
+
+
+# --- requests -----------------------------------------------------------------------------
+
+
+def decode_request(model_name: str, version: int, msg: Any,
+                   registry: SharedMemoryRegistry) -> InferenceRequest:
+    """Turn ``msg`` (a ``ModelInferRequest`` for ``model_name``) into an
+    :class:`InferenceRequest`; raise an INVALID_ARG error naming the model and tensor."""
+    raw_contents = msg.raw_input_contents
+    raw_count = len(raw_contents)
+    raw_index = 0
+    inputs: dict[str, Tensor] = {}
+    for item in msg.inputs:
+        name = item.name
+        datatype = item.datatype
+        shape = tuple(item.shape[:])  # [:] is the fast way out of a repeated field
+        if not name or datatype not in NUMPY_DTYPES or (shape and min(shape) < 0):
+            check_header(model_name, name, datatype, shape)  # raises, naming what is wrong
+        params = item.parameters
+        if params and _SHM_REGION in params:
+            if item.HasField("contents"):
+                raise invalid_arg(f"input '{name}' of model '{model_name}' gives both a "
+                                  f"shared memory region and 'contents': use one")
+            tensor = read_shm_input(registry, model_name, name, datatype, shape,
+                                    params_to_dict(params))
+        elif item.HasField("contents"):
+            if raw_count:
+                raise invalid_arg(f"input '{name}' of model '{model_name}' has 'contents' but "
+                                  f"the request also uses raw_input_contents: when "
+                                  f"raw_input_contents is used, every input must use it")
+            tensor = _from_contents(model_name, name, datatype, shape, item.contents)
+        elif raw_index < raw_count:
+            tensor = from_raw(model_name, name, datatype, shape, raw_contents[raw_index])
+            raw_index += 1
+        else:
+            raise invalid_arg(f"unable to find data for input tensor '{name}' for model "
+                              f"'{model_name}' in request: it has no shared memory region, "
+                              f"no 'contents' and no raw_input_contents entry "
+                              f"({raw_count} given for {len(msg.inputs)} inputs)")
+        if name in inputs:
+            raise invalid_arg(f"input '{name}' of model '{model_name}' is given twice")
+        inputs[name] = tensor
+    if raw_index != raw_count:
+        raise invalid_arg(f"model '{model_name}': the request has {raw_count} "
+                          f"raw_input_contents entries but only {raw_index} input(s) take "
+                          f"their data from them")
+    requested = None
+    if msg.outputs:
+        requested = []
+        for out in msg.outputs:
+            out_params = params_to_dict(out.parameters)
+            if out_params:
+                if "classification" in out_params:
+                    raise unsupported(f"output '{out.name}' of model '{model_name}': "
+                                      f"classification outputs are not supported yet")
+                shm_output_target(model_name, out.name, out_params)  # check the types now
+            requested.append(RequestedOutput(out.name, out_params))
+    return InferenceRequest(
+        model_name=model_name,
+        model_version=version,
+        inputs=inputs,
+        id=msg.id,
+        requested_outputs=requested,
+        parameters=params_to_dict(msg.parameters),
+    )
+
+
+def _from_contents(model: str, name: str, datatype: str, shape: tuple[int, ...],
+                   contents: Any) -> Tensor:
+    field = CONTENTS_FIELD.get(datatype)
+    if field is None:
+        raise invalid_arg(f"input '{name}' of model '{model}': {datatype} data has no typed "
+                          f"'contents' field; send it in raw_input_contents")
+    for descriptor, _ in contents.ListFields():
+        if descriptor.name != field:
+            raise invalid_arg(f"input '{name}' of model '{model}' has datatype {datatype} but "
+                              f"its data is in contents.{descriptor.name}; {datatype} data "
+                              f"goes in contents.{field}")
+    return from_list(model, name, datatype, shape, getattr(contents, field))
+
+
+# --- responses ----------------------------------------------------------------------------
+#
+# Responses are written in protobuf's wire format by hand: a ModelInferResponse is a few
+# length-delimited fields, and the part that names the model version is the same for every
+# response of that version. That is about five times cheaper than building the message
+# object and serializing it, and the output bytes are copied once, into the reply. The tests
+# parse every shape of response back with the official ``service_pb2`` classes.
+
+_VARINTS = [bytes([n]) for n in range(128)]
+
+
+def _varint(n: int) -> bytes:
+    if n < 128:
+        return _VARINTS[n] if n >= 0 else _varint(n & 0xFFFFFFFFFFFFFFFF)
+    out = bytearray()
+    while n > 0x7F:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def _string_field(tag: bytes, value: str) -> bytes:
+    data = value.encode("utf-8")
+    return tag + _varint(len(data)) + data
+
+
+class ResponseEncoder:
+    """Writes ``ModelInferResponse`` bytes; remembers the constant parts per model version
+    and per output name and datatype."""
+
+    _MAX_CACHED = 4096
+
+    def __init__(self, registry: SharedMemoryRegistry) -> None:
+        self.registry = registry
+        self._heads: dict[tuple[str, int], bytes] = {}
+        self._outputs: dict[tuple[str, str], bytes] = {}
+
+    def _head(self, model_name: str, version: int) -> bytes:
+        key = (model_name, version)
+        head = self._heads.get(key)
+        if head is None:
+            if len(self._heads) >= self._MAX_CACHED:
+                self._heads.clear()
+            head = self._heads[key] = (_string_field(b"\x0a", model_name)
+                                       + _string_field(b"\x12", str(version)))
+        return head
+
+    def _output_head(self, name: str, datatype: str) -> bytes:
+        key = (name, datatype)
+        head = self._outputs.get(key)
+        if head is None:
+            if len(self._outputs) >= self._MAX_CACHED:
+                self._outputs.clear()
+            head = self._outputs[key] = (_string_field(b"\x0a", name)
+                                         + _string_field(b"\x12", datatype))
+        return head
+
+    def encode(self, request: InferenceRequest, response: InferenceResponse) -> bytes:
+        """The serialized ``ModelInferResponse`` for ``response``. Outputs the request sent
+        to shared memory are written there and get an empty raw content entry."""
+        wanted: dict[str, dict[str, Any]] | None = None
+        if request.requested_outputs:
+            wanted = {o.name: o.parameters for o in request.requested_outputs if o.parameters}
+        parts: list[bytes | memoryview] = [self._head(request.model_name,
+                                                      request.model_version)]
+        if request.id:
+            parts.append(_string_field(b"\x1a", request.id))
+        raws: list[bytes | memoryview] = []
+        for tensor in response.outputs:
+            name = tensor.name
+            body = self._output_head(name, tensor.datatype)
+            if tensor.shape:
+                packed = b"".join([_varint(d) for d in tensor.shape])
+                body += b"\x1a" + _varint(len(packed)) + packed
+            parts.append(b"\x2a" + _varint(len(body)) + body)
+            raw = to_raw(tensor)
+            if wanted:
+                params = wanted.get(name)
+                target = (shm_output_target(request.model_name, name, params)
+                          if params else None)
+                if target is not None:
+                    region, offset, size = target
+                    self.registry.write(region, offset, size, raw,
+                                        f"output '{name}' of model '{request.model_name}'")
+                    raws.append(b"\x32\x00")
+                    continue
+            raws.append(b"\x32" + _varint(len(raw)))
+            raws.append(raw)
+        parts.extend(raws)
+        if response.parameters:
+            # Concatenated messages merge: the parameters go last, encoded by protobuf.
+            extra = ModelInferResponse()
+            set_params(extra.parameters, response.parameters)
+            parts.append(extra.SerializeToString())
+        return b"".join(parts)
+
+
+def stream_response(infer_response: bytes) -> bytes:
+    """A serialized ``ModelStreamInferResponse`` holding a serialized ``ModelInferResponse``."""
+    return b"\x12" + _varint(len(infer_response)) + infer_response
+
+
+def stream_error(message: str, request_id: str) -> bytes:
+    """A ``ModelStreamInferResponse`` reporting a failed request, its id in
+    ``infer_response`` as tritonserver sends it."""
+    inner = _string_field(b"\x1a", request_id) if request_id else b""
+    return _string_field(b"\x0a", message) + b"\x12" + _varint(len(inner)) + inner

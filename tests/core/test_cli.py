@@ -1,0 +1,56 @@
+"""The ``naiad`` command line: flags, errors and the plugin listing."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from naiad.cli import build_parser
+
+
+def naiad(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "naiad", *args], capture_output=True,
+                          text=True, timeout=60)
+
+
+def test_unknown_flag_is_a_clear_error():
+    result = naiad("serve", "--model-repository", "/tmp", "--no-such-flag")
+    assert result.returncode == 2
+    assert "--no-such-flag" in result.stderr
+    assert "tritonserver's flag names" in result.stderr
+
+
+def test_model_repository_is_required():
+    result = naiad("serve")
+    assert result.returncode == 2
+    assert "--model-repository" in result.stderr
+
+
+def test_tritonserver_defaults_and_boolean_forms():
+    args = build_parser().parse_args(["serve", "--model-repository", "a", "--model-store", "b",
+                                      "--allow-grpc=false", "--strict-model-config",
+                                      "--backend-config", "python,shm-region-prefix=x",
+                                      "--backend-config", "default-max-batch-size=4"])
+    assert args.model_repository == ["a", "b"]
+    assert (args.http_port, args.grpc_port, args.metrics_port) == (8000, 8001, 8002)
+    assert args.allow_grpc is False and args.allow_http is True
+    assert args.strict_model_config is True
+    assert args.exit_on_error is True and args.exit_timeout_secs == 30
+    assert args.http_max_input_size == 64 * 1024 * 1024
+    assert args.backend_config == [("python", "shm-region-prefix", "x"),
+                                   ("", "default-max-batch-size", "4")]
+
+
+def test_bad_boolean_value():
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["serve", "--model-repository", "a", "--allow-http=maybe"])
+
+
+def test_plugins_lists_installed_backends():
+    result = naiad("plugins")
+    assert result.returncode == 0, result.stderr
+    assert "naiad.backends:" in result.stdout
+    line = next(x for x in result.stdout.splitlines() if x.strip().startswith("python "))
+    assert "naiad-backend-python" in line

@@ -1,0 +1,116 @@
+"""Model control, request limits and shutdown, each against its own server process."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import signal
+import threading
+import time
+
+import numpy as np
+import pytest
+import tritonclient.http as httpclient
+from test_http_e2e import add_sub_inputs, raw
+from tritonclient.utils import InferenceServerException
+from zoo import ADD_SUB_CONFIG, ADD_SUB_PY, SLOW_PY, identity_config, write_model
+
+from naiad.testing import naiad_server
+
+
+@pytest.fixture
+def repo(tmp_path):
+    write_model(tmp_path, "add_sub", ADD_SUB_CONFIG, ADD_SUB_PY)
+    write_model(tmp_path, "slow", identity_config("slow", "TYPE_FP32"), SLOW_PY)
+    return tmp_path
+
+
+def test_explicit_load_and_unload(repo):
+    with naiad_server("--model-repository", str(repo), "--model-control-mode=explicit",
+                      "--load-model", "add_sub") as server, \
+            httpclient.InferenceServerClient(server.http_url) as client:
+        assert client.is_model_ready("add_sub")
+        assert not client.is_model_ready("slow")
+        index = {m["name"]: m for m in client.get_model_repository_index()}
+        assert index["slow"] == {"name": "slow"}
+        client.load_model("slow")
+        assert client.is_model_ready("slow")
+        client.unload_model("add_sub")
+        assert not client.is_model_ready("add_sub")
+        index = {m["name"]: m for m in client.get_model_repository_index()}
+        assert index["add_sub"]["state"] == "UNAVAILABLE"
+        assert index["add_sub"]["reason"] == "unloaded"
+        _, _, inputs = add_sub_inputs()
+        with pytest.raises(InferenceServerException) as info:
+            client.infer("add_sub", inputs)
+        assert info.value.status() == "503"
+        client.load_model("add_sub")
+        a, b, inputs = add_sub_inputs()
+        np.testing.assert_array_equal(client.infer("add_sub", inputs).as_numpy("OUTPUT1"), a - b)
+        with pytest.raises(InferenceServerException) as info:
+            client.load_model("no_such_model")
+        assert info.value.status() == "404"
+        assert "no_such_model" in info.value.message()
+
+
+def test_load_with_config_override(repo):
+    override = json.dumps({"name": "add_sub", "backend": "python", "max_batch_size": 0,
+                           "input": [{"name": "INPUT0", "data_type": "TYPE_FP32", "dims": [4]},
+                                     {"name": "INPUT1", "data_type": "TYPE_FP32", "dims": [4]}],
+                           "output": [{"name": "OUTPUT0", "data_type": "TYPE_FP32", "dims": [4]},
+                                      {"name": "OUTPUT1", "data_type": "TYPE_FP32",
+                                       "dims": [4]}],
+                           "parameters": {"origin": {"string_value": "override"}}})
+    with naiad_server("--model-repository", str(repo), "--model-control-mode=explicit") \
+            as server, httpclient.InferenceServerClient(server.http_url) as client:
+        client.load_model("add_sub", config=override)
+        config = client.get_model_config("add_sub")
+        assert config["parameters"]["origin"]["string_value"] == "override"
+
+
+def test_request_size_limit(repo):
+    with naiad_server("--model-repository", str(repo), "--http-max-input-size", "1000") \
+            as server:
+        big = json.dumps({"inputs": [{"name": "INPUT0", "datatype": "FP32", "shape": [4],
+                                      "data": [1.0] * 4}], "pad": "x" * 2000})
+        status, _, data = raw(server, "POST", "/v2/models/add_sub/infer", big)
+        assert status == 413
+        assert "--http-max-input-size" in json.loads(data)["error"]
+        # A small compressed body that expands past the limit is refused too.
+        bomb = gzip.compress(big.encode())
+        assert len(bomb) < 1000
+        status, _, data = raw(server, "POST", "/v2/models/add_sub/infer", bomb,
+                              {"Content-Encoding": "gzip"})
+        assert status == 413
+        assert "decompressed" in json.loads(data)["error"]
+        with httpclient.InferenceServerClient(server.http_url) as client:
+            a, b, inputs = add_sub_inputs()
+            np.testing.assert_array_equal(client.infer("add_sub", inputs).as_numpy("OUTPUT0"),
+                                          a + b)
+
+
+def test_sigterm_drains_in_flight_requests(repo):
+    with naiad_server("--model-repository", str(repo)) as server:
+        results = {}
+
+        def call():
+            with httpclient.InferenceServerClient(server.http_url) as client:
+                tensor = httpclient.InferInput("INPUT0", [2], "FP32")
+                tensor.set_data_from_numpy(np.array([1, 2], np.float32))
+                results["out"] = client.infer("slow", [tensor]).as_numpy("OUTPUT0")
+
+        thread = threading.Thread(target=call)
+        thread.start()
+        time.sleep(0.4)  # the request is inside the model's one-second execute
+        server.signal(signal.SIGTERM)
+        thread.join(30)
+        np.testing.assert_array_equal(results["out"], [1, 2])
+        assert server.process.wait(30) == 0
+
+
+def test_exit_on_error_fails_startup(tmp_path):
+    write_model(tmp_path, "add_sub", ADD_SUB_CONFIG, ADD_SUB_PY)
+    write_model(tmp_path, "bad", "name: \"bad\"\nbackend: \"python\"\nnonsense: 1\n", ADD_SUB_PY)
+    with pytest.raises(RuntimeError) as info, naiad_server("--model-repository", str(tmp_path)):
+        pass
+    assert "bad" in str(info.value)
