@@ -146,7 +146,7 @@ instance_group [ { count: 1, kind: KIND_CPU } ]
 """
 
 
-IDENTITY_MODEL_PY = '''"""identity: OUTPUT0 = INPUT0 (FP32 [-1, 16]), an ordinary Triton Python model."""
+IDENTITY_MODEL_PY = '''"""identity: OUTPUT0 = INPUT0 (FP32 [-1, 16]), a Triton Python model."""
 import numpy as np
 import triton_python_backend_utils as pb_utils
 

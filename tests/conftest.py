@@ -20,7 +20,8 @@ def standard_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def server(standard_repo: Path) -> Iterator[ServerProcess]:
     """``naiad serve`` on the standard repository, shared by the whole session. Broken models
-    must not stop the others, hence --exit-on-error=false."""
-    with naiad_server("--model-repository", str(standard_repo),
-                      "--exit-on-error=false") as process:
+    must not stop the others (--exit-on-error=false) nor hold readiness back
+    (--strict-readiness=false)."""
+    with naiad_server("--model-repository", str(standard_repo), "--exit-on-error=false",
+                      "--strict-readiness=false") as process:
         yield process

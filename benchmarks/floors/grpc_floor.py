@@ -16,7 +16,7 @@ import grpc
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-import payloads  # noqa: E402
+import payloads
 
 RESPONSES = {m: payloads.grpc_response(m) for m in payloads.MODELS}
 

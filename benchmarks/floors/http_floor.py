@@ -16,7 +16,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-import payloads  # noqa: E402
+import payloads
 
 RESPONSES = {m: payloads.json_response(m) for m in payloads.MODELS}
 

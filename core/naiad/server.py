@@ -124,13 +124,13 @@ class InferenceServer:
         """Triton's readiness: live, accepting, and (strict) every loaded model ready."""
         if not (self.live and self.accepting):
             return False
-        if not self.options.strict_readiness or self.options.model_control_mode != "explicit":
-            # As in Triton: without explicit control, models that failed at start-up are
-            # dropped (--exit-on-error=false) and do not hold readiness back.
+        if not self.options.strict_readiness:
             return True
-        return not any(state == "UNAVAILABLE" and reason != "unloaded"
+        # As in Triton: a model version that failed to load holds readiness back (a model
+        # whose config could not be read, or one unloaded on purpose, does not).
+        return not any(version is not None and state == "UNAVAILABLE" and reason != "unloaded"
                        for record in self.models.models.values()
-                       for state, reason in record.states.values())
+                       for version, (state, reason) in record.states.items())
 
     # --- inference ----------------------------------------------------------------------
 
@@ -215,7 +215,13 @@ class InferenceServer:
         if files:
             raise invalid_arg(f"failed to load '{name}': loading model files through the "
                               f"request is not supported")
-        await self.models.load(name, config)
+        try:
+            await self.models.load(name, config)
+        except InferenceServerError as exc:
+            if exc.status in (Status.NOT_FOUND, Status.INVALID_ARG):
+                raise
+            # The request was fine; the model is not: Triton answers 400 here.
+            raise invalid_arg(f"load failed for model '{name}': {exc.message}") from None
 
     async def unload_model(self, name: str) -> None:
         self._check_control("unload")

@@ -7,7 +7,8 @@ Each test sends the same requests to both and compares the answers, so per-modul
 and metrics match as long as every test talks to both servers.
 
 Environment:
-  TRITON_PEER_DIR        where setup.sh unpacked tritonserver (default <tempdir>/naiad-triton-reference)
+  TRITON_PEER_DIR        where setup.sh unpacks tritonserver
+                         (default <tempdir>/naiad-triton-reference)
   NAIAD_TRITON_SCRIPTS   folder of setup.sh / serve.sh (default <repo>/../shared/triton)
   NAIAD_REQUIRE_TRITON=1 fail instead of skipping when the Triton peer cannot be set up
   NAIAD_COMPAT_PEER=triton  serve the "naiad" side with a second tritonserver: a self-test of the
@@ -34,25 +35,26 @@ if str(HERE) not in sys.path:  # compat_helpers, also under --import-mode=import
 from compat_helpers import GOOD_MODELS, MODEL_REPOSITORY, http_request  # noqa: E402
 
 REPO_ROOT = HERE.parents[1]
-TRITON_SCRIPTS = Path(os.environ.get("NAIAD_TRITON_SCRIPTS", REPO_ROOT.parent / "shared" / "triton"))
+TRITON_SCRIPTS = Path(
+    os.environ.get("NAIAD_TRITON_SCRIPTS", REPO_ROOT.parent / "shared" / "triton")
+)
 TRITON_PEER_DIR = Path(
     os.environ.get("TRITON_PEER_DIR", Path(tempfile.gettempdir()) / "naiad-triton-reference")
 )
 TRITON_BIN = TRITON_PEER_DIR / "wheel/pytriton/tritonserver/bin/tritonserver"
-TRITON_STUB = TRITON_PEER_DIR / "wheel/pytriton/tritonserver/backends/python/triton_python_backend_stub"
+TRITON_STUB = (
+    TRITON_PEER_DIR / "wheel/pytriton/tritonserver/backends/python/triton_python_backend_stub"
+)
 SELF_TEST = os.environ.get("NAIAD_COMPAT_PEER", "").lower() == "triton"
 START_TIMEOUT = 90.0
 
 
-def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line(
-        "markers", "compat: differential test against the real Triton (tests/compat, needs tritonserver)"
-    )
-
-
 def _unavailable(reason: str) -> None:
     if os.environ.get("NAIAD_REQUIRE_TRITON") == "1":
-        pytest.fail(f"Triton peer required (NAIAD_REQUIRE_TRITON=1) but unavailable: {reason}", pytrace=False)
+        pytest.fail(
+            f"Triton peer required (NAIAD_REQUIRE_TRITON=1) but unavailable: {reason}",
+            pytrace=False,
+        )
     pytest.skip(f"Triton compat suite skipped: {reason}")
 
 
@@ -67,20 +69,26 @@ def triton_serve_script() -> Path:
             proc = subprocess.run(
                 ["bash", str(setup)],
                 env={**os.environ, "TRITON_PEER_DIR": str(TRITON_PEER_DIR)},
-                capture_output=True, text=True, timeout=900,
+                capture_output=True,
+                text=True,
+                timeout=900,
             )
         except (OSError, subprocess.TimeoutExpired) as exc:
             _unavailable(f"{setup} did not finish: {exc}")
         if proc.returncode != 0 or not TRITON_BIN.exists():
             tail = (proc.stdout + proc.stderr)[-1500:]
-            _unavailable(f"{setup} failed (exit {proc.returncode}) for TRITON_PEER_DIR={TRITON_PEER_DIR}:\n{tail}")
+            _unavailable(
+                f"{setup} failed (exit {proc.returncode}), "
+                f"TRITON_PEER_DIR={TRITON_PEER_DIR}:\n{tail}"
+            )
     return serve
 
 
 def compat_server(cmd: list[str], expect_ready: tuple[str, ...], **kwargs: Any) -> Any:
     """A naiad.testing.ServerProcess that counts as started when /v2/health/ready is 200 *or*
-    the ``expect_ready`` models are READY in the repository index (a server may call itself not
-    ready because of the models that fail to load on purpose; the suite compares that itself)."""
+    every ``expect_ready`` model is READY or has failed to load (repository index): a server may
+    call itself not ready because of the models that fail to load on purpose, and the suite
+    compares readiness itself."""
     from naiad.testing import ServerProcess
 
     class CompatServer(ServerProcess):
@@ -91,29 +99,63 @@ def compat_server(cmd: list[str], expect_ready: tuple[str, ...], **kwargs: Any) 
                 res = http_request(self.http_port, "POST", "/v2/repository/index", {}, timeout=2)
                 if res.status != 200:
                     return False
-                ready = {m["name"] for m in res.json() if m.get("state") == "READY"}
+                index = {m["name"]: m for m in res.json()}
             except (OSError, ValueError, TypeError, KeyError):
                 return False
-            return set(expect_ready) <= ready
+            # READY, or finally failed (state UNAVAILABLE with a reason): either way loading is
+            # over and the tests can report what they find instead of waiting for a timeout
+            return all(
+                name in index
+                and (
+                    index[name].get("state") == "READY"
+                    or (
+                        index[name].get("state") == "UNAVAILABLE"
+                        and index[name].get("reason") not in (None, "", "unloaded")
+                    )
+                )
+                for name in expect_ready
+            )
 
     return CompatServer(cmd, **kwargs)
 
 
 def _triton_cmd(serve: Path, args: list[str]) -> list[str]:
     return [
-        str(serve), "--model-repository", str(MODEL_REPOSITORY),
-        "--http-port", "{http_port}", "--grpc-port", "{grpc_port}", "--metrics-port", "{metrics_port}",
-        "--exit-on-error=false", *args,
+        str(serve),
+        "--model-repository",
+        str(MODEL_REPOSITORY),
+        "--http-port",
+        "{http_port}",
+        "--grpc-port",
+        "{grpc_port}",
+        "--metrics-port",
+        "{metrics_port}",
+        "--exit-on-error=false",
+        *args,
     ]
 
 
 def _naiad_cmd(args: list[str]) -> list[str]:
     # the command of naiad.testing.naiad_server, with the suite's readiness rule
     return [
-        sys.executable, "-m", "naiad", "serve",
-        "--http-address", "127.0.0.1", "--grpc-address", "127.0.0.1",
-        "--http-port", "{http_port}", "--grpc-port", "{grpc_port}", "--metrics-port", "{metrics_port}",
-        "--model-repository", str(MODEL_REPOSITORY), "--exit-on-error=false", *args,
+        sys.executable,
+        "-m",
+        "naiad",
+        "serve",
+        "--http-address",
+        "127.0.0.1",
+        "--grpc-address",
+        "127.0.0.1",
+        "--http-port",
+        "{http_port}",
+        "--grpc-port",
+        "{grpc_port}",
+        "--metrics-port",
+        "{metrics_port}",
+        "--model-repository",
+        str(MODEL_REPOSITORY),
+        "--exit-on-error=false",
+        *args,
     ]
 
 
@@ -129,9 +171,13 @@ def servers(request: pytest.FixtureRequest, triton_serve_script: Path) -> Any:
     args = list(getattr(request.module, "COMPAT_SERVER_ARGS", []))
     expect = tuple(getattr(request.module, "COMPAT_EXPECT_READY", GOOD_MODELS))
     env = {"TRITON_PEER_DIR": str(TRITON_PEER_DIR)}
-    triton = compat_server(_triton_cmd(triton_serve_script, args), expect, env=env, ready_timeout=START_TIMEOUT)
+    triton = compat_server(
+        _triton_cmd(triton_serve_script, args), expect, env=env, ready_timeout=START_TIMEOUT
+    )
     if SELF_TEST:
-        naiad = compat_server(_triton_cmd(triton_serve_script, args), expect, env=env, ready_timeout=START_TIMEOUT)
+        naiad = compat_server(
+            _triton_cmd(triton_serve_script, args), expect, env=env, ready_timeout=START_TIMEOUT
+        )
     else:
         naiad = compat_server(_naiad_cmd(args), expect, ready_timeout=START_TIMEOUT)
 
@@ -140,10 +186,13 @@ def servers(request: pytest.FixtureRequest, triton_serve_script: Path) -> Any:
     def start(name: str, server: Any) -> None:
         try:
             server.start()
-        except BaseException as exc:  # noqa: BLE001 - reported below
+        except BaseException as exc:
             errors[name] = exc
 
-    threads = [threading.Thread(target=start, args=(n, s)) for n, s in (("triton", triton), ("naiad", naiad))]
+    threads = [
+        threading.Thread(target=start, args=(n, s))
+        for n, s in (("triton", triton), ("naiad", naiad))
+    ]
     for t in threads:
         t.start()
     for t in threads:
@@ -176,5 +225,5 @@ def naiad(servers: Pair) -> Any:
 
 @pytest.fixture(scope="module")
 def strict(servers: Pair) -> bool:
-    """True when the naiad-only checks apply (4xx instead of Triton's 500, messages naming the model)."""
+    """True when the naiad-only checks apply (4xx for Triton's 500s, messages naming the model)."""
     return not servers.naiad_is_triton

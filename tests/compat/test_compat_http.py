@@ -10,8 +10,9 @@ Deliberate differences (``strict`` checks, off in the Triton-vs-Triton self-test
     answer 4xx;
   * server metadata: ``name``/``version`` are naiad's own; ``extensions`` must be a subset of
     Triton's list containing CORE_EXTENSIONS;
-  * repository index: a model that failed to load may carry version/state UNAVAILABLE/reason in
-    naiad where Triton (``none`` mode) lists just its name;
+  * repository index: a model whose config.pbtxt does not parse may carry state UNAVAILABLE and
+    a reason in naiad where Triton lists just its name (``reason`` texts are never compared);
+  * metrics: the series of models that failed to load are not compared;
   * metrics: METRICS_NAIAD_MAY_OMIT (pinned-memory pool, a CUDA concept) may be absent.
 
 Tests run in file order and every test sends the same requests to both servers, so the
@@ -27,18 +28,17 @@ from typing import Any
 import numpy as np
 import pytest
 from compat_helpers import (
+    BROKEN_MODELS,
+    GOOD_MODELS,
     Case,
+    HttpResult,
+    assert_same,
+    binary_request,
     both,
     check_error,
     check_infer,
-    GOOD_MODELS,
-    HttpResult,
-    assert_same,
-    compare_index,
-    binary_request,
     client_call,
-    decode_infer_response,
-    error_message,
+    compare_index,
     eventually,
     http_request,
     infer_result_data,
@@ -50,15 +50,28 @@ from compat_helpers import (
 
 pytestmark = pytest.mark.compat
 
-CORE_EXTENSIONS = {"binary_tensor_data", "model_repository", "model_configuration", "statistics", "parameters"}
+CORE_EXTENSIONS = {
+    "binary_tensor_data",
+    "model_repository",
+    "model_configuration",
+    "statistics",
+    "parameters",
+}
 METRICS_NAIAD_MAY_OMIT = {"nv_pinned_memory_pool_total_bytes", "nv_pinned_memory_pool_used_bytes"}
 
 A = [1.0, 2.0, 3.0, 4.0]
 B = [10.0, 20.0, 30.0, 40.0]
 
 
-def _in(name: str, data: Any, shape: list[int] | None = None, datatype: str = "FP32") -> dict[str, Any]:
-    return {"name": name, "shape": shape if shape is not None else [len(data)], "datatype": datatype, "data": data}
+def _in(
+    name: str, data: Any, shape: list[int] | None = None, datatype: str = "FP32"
+) -> dict[str, Any]:
+    return {
+        "name": name,
+        "shape": shape if shape is not None else [len(data)],
+        "datatype": datatype,
+        "data": data,
+    }
 
 
 GOOD = {"id": "req-1", "inputs": [_in("INPUT0", A), _in("INPUT1", B)]}
@@ -79,7 +92,11 @@ def _f32(values: list[float]) -> bytes:
 
 
 def test_statistics_before_any_inference(servers: Any) -> None:
-    for path in ["/v2/models/stats", "/v2/models/add_sub/stats", "/v2/models/add_sub/versions/1/stats"]:
+    for path in [
+        "/v2/models/stats",
+        "/v2/models/add_sub/stats",
+        "/v2/models/add_sub/versions/1/stats",
+    ]:
         t, n = both(servers, Case(path, "GET", path))
         assert (t.status, n.status) == (200, 200), f"{path}: triton {t!r}, naiad {n!r}"
         assert_same(t.json(), n.json(), f"GET {path} (exact, all zero)")
@@ -94,7 +111,9 @@ HEALTH_CASES = [
     Case("ready", "GET", "/v2/health/ready"),
     Case("model-ready", "GET", "/v2/models/add_sub/ready"),
     Case("model-version-ready", "GET", "/v2/models/add_sub/versions/1/ready"),
-    Case("model-ready-unknown-version", "GET", "/v2/models/add_sub/versions/2/ready", model="add_sub"),
+    Case(
+        "model-ready-unknown-version", "GET", "/v2/models/add_sub/versions/2/ready", model="add_sub"
+    ),
     Case("model-ready-unknown-model", "GET", "/v2/models/nope/ready", model="nope"),
     Case("model-ready-broken", "GET", "/v2/models/broken/ready", model="broken"),
     Case("model-ready-broken-init", "GET", "/v2/models/broken_init/ready", model="broken_init"),
@@ -125,32 +144,40 @@ def test_server_metadata(servers: Any, strict: bool) -> None:
     assert isinstance(nd["version"], str) and nd["version"], nd
     assert isinstance(nd["extensions"], list) and all(isinstance(e, str) for e in nd["extensions"])
     assert set(nd["extensions"]) <= set(td["extensions"]), (
-        f"naiad lists extensions Triton does not know: {set(nd['extensions']) - set(td['extensions'])}"
+        f"extensions Triton does not know: {set(nd['extensions']) - set(td['extensions'])}"
     )
-    assert CORE_EXTENSIONS <= set(nd["extensions"]), f"missing: {CORE_EXTENSIONS - set(nd['extensions'])}"
+    assert set(nd["extensions"]) >= CORE_EXTENSIONS, (
+        f"missing: {CORE_EXTENSIONS - set(nd['extensions'])}"
+    )
 
 
-METADATA_CASES = [
-    Case(f"metadata-{m}", "GET", f"/v2/models/{m}", model=m) for m in ("add_sub", "identity_batch", "strings")
-] + [
-    Case("metadata-version-1", "GET", "/v2/models/add_sub/versions/1", model="add_sub"),
-    Case("metadata-unknown-version", "GET", "/v2/models/add_sub/versions/2", model="add_sub"),
-    Case("metadata-unknown-model", "GET", "/v2/models/nope", model="nope"),
-    Case("metadata-broken", "GET", "/v2/models/broken", model="broken"),
-    Case("metadata-broken-init", "GET", "/v2/models/broken_init", model="broken_init"),
-] + [
-    Case(f"config-{m}", "GET", f"/v2/models/{m}/config", model=m)
-    for m in ("add_sub", "identity_batch", "strings", "raises", "error_response")
-] + [
-    Case("config-version-1", "GET", "/v2/models/add_sub/versions/1/config", model="add_sub"),
-    Case("config-unknown-model", "GET", "/v2/models/nope/config", model="nope"),
-    Case("config-broken", "GET", "/v2/models/broken/config", model="broken"),
-    Case("config-broken-init", "GET", "/v2/models/broken_init/config", model="broken_init"),
-    Case("stats-unknown-model", "GET", "/v2/models/nope/stats", model="nope"),
-    Case("stats-broken-init", "GET", "/v2/models/broken_init/stats", model="broken_init"),
-    Case("unknown-path", "GET", "/v2/foo"),
-    Case("get-on-infer", "GET", "/v2/models/add_sub/infer", model=None),
-]
+METADATA_CASES = (
+    [
+        Case(f"metadata-{m}", "GET", f"/v2/models/{m}", model=m)
+        for m in ("add_sub", "identity_batch", "strings")
+    ]
+    + [
+        Case("metadata-version-1", "GET", "/v2/models/add_sub/versions/1", model="add_sub"),
+        Case("metadata-unknown-version", "GET", "/v2/models/add_sub/versions/2", model="add_sub"),
+        Case("metadata-unknown-model", "GET", "/v2/models/nope", model="nope"),
+        Case("metadata-broken", "GET", "/v2/models/broken", model="broken"),
+        Case("metadata-broken-init", "GET", "/v2/models/broken_init", model="broken_init"),
+    ]
+    + [
+        Case(f"config-{m}", "GET", f"/v2/models/{m}/config", model=m)
+        for m in ("add_sub", "identity_batch", "strings", "raises", "error_response")
+    ]
+    + [
+        Case("config-version-1", "GET", "/v2/models/add_sub/versions/1/config", model="add_sub"),
+        Case("config-unknown-model", "GET", "/v2/models/nope/config", model="nope"),
+        Case("config-broken", "GET", "/v2/models/broken/config", model="broken"),
+        Case("config-broken-init", "GET", "/v2/models/broken_init/config", model="broken_init"),
+        Case("stats-unknown-model", "GET", "/v2/models/nope/stats", model="nope"),
+        Case("stats-broken-init", "GET", "/v2/models/broken_init/stats", model="broken_init"),
+        Case("unknown-path", "GET", "/v2/foo"),
+        Case("get-on-infer", "GET", "/v2/models/add_sub/infer", model=None),
+    ]
+)
 
 
 @pytest.mark.parametrize("case", [c.param() for c in METADATA_CASES])
@@ -176,8 +203,13 @@ def _index(res: HttpResult) -> list[dict[str, Any]]:
 
 
 @pytest.mark.parametrize(
-    "body", [pytest.param({}, id="all"), pytest.param({"ready": True}, id="ready"),
-             pytest.param({"ready": False}, id="not-ready-flag"), pytest.param(b"", id="no-body")]
+    "body",
+    [
+        pytest.param({}, id="all"),
+        pytest.param({"ready": True}, id="ready"),
+        pytest.param({"ready": False}, id="not-ready-flag"),
+        pytest.param(b"", id="no-body"),
+    ],
 )
 def test_repository_index(servers: Any, strict: bool, body: Any) -> None:
     case = Case("index", "POST", "/v2/repository/index", body)
@@ -225,8 +257,18 @@ def test_statistics_after_one_inference(servers: Any) -> None:
 _bin_header = {
     "id": "bin",
     "inputs": [
-        {"name": "INPUT0", "shape": [4], "datatype": "FP32", "parameters": {"binary_data_size": 16}},
-        {"name": "INPUT1", "shape": [4], "datatype": "FP32", "parameters": {"binary_data_size": 16}},
+        {
+            "name": "INPUT0",
+            "shape": [4],
+            "datatype": "FP32",
+            "parameters": {"binary_data_size": 16},
+        },
+        {
+            "name": "INPUT1",
+            "shape": [4],
+            "datatype": "FP32",
+            "parameters": {"binary_data_size": 16},
+        },
     ],
     "outputs": [
         {"name": "OUTPUT0", "parameters": {"binary_data": True}},
@@ -234,7 +276,11 @@ _bin_header = {
     ],
 }
 _BIN_BODY, _BIN_HEADERS = binary_request(_bin_header, [_f32(A), _f32(B)])
-_str_header = {"inputs": [{"name": "INPUT0", "shape": [3], "datatype": "BYTES", "parameters": {"binary_data_size": 0}}]}
+_str_header = {
+    "inputs": [
+        {"name": "INPUT0", "shape": [3], "datatype": "BYTES", "parameters": {"binary_data_size": 0}}
+    ]
+}
 _STR_RAW = serialize_bytes([b"hello", "wörld".encode(), b""])
 _str_header["inputs"][0]["parameters"]["binary_data_size"] = len(_STR_RAW)
 _STR_BODY, _STR_HEADERS = binary_request(_str_header, [_STR_RAW])
@@ -244,26 +290,78 @@ GOOD_CASES = [
     Case("json-no-id", "POST", "/v2/models/add_sub/infer", {"inputs": GOOD["inputs"]}),
     Case("json-empty-id", "POST", "/v2/models/add_sub/infer", _good(id="")),
     Case("json-version-1", "POST", "/v2/models/add_sub/versions/1/infer", GOOD),
-    Case("json-nested-data", "POST", "/v2/models/add_sub/infer",
-         _good(inputs=[_in("INPUT0", [[1, 2], [3, 4]], [4]), _in("INPUT1", B)])),
-    Case("json-int-and-float-data", "POST", "/v2/models/add_sub/infer",
-         _good(inputs=[_in("INPUT0", [0.5, 1.25, -2, 3e10]), _in("INPUT1", [0.1, 0.2, 0.3, 0.4])])),
-    Case("json-request-parameters", "POST", "/v2/models/add_sub/infer", _good(parameters={"foo": "bar"})),
-    Case("requested-output-subset", "POST", "/v2/models/add_sub/infer", _good(outputs=[{"name": "OUTPUT1"}])),
-    Case("requested-outputs-reordered", "POST", "/v2/models/add_sub/infer",
-         _good(outputs=[{"name": "OUTPUT1"}, {"name": "OUTPUT0"}])),
-    Case("binary-data-output", "POST", "/v2/models/add_sub/infer", _good(parameters={"binary_data_output": True})),
-    Case("per-output-binary-data", "POST", "/v2/models/add_sub/infer",
-         _good(outputs=[{"name": "OUTPUT0", "parameters": {"binary_data": True}}, {"name": "OUTPUT1"}])),
+    Case(
+        "json-nested-data",
+        "POST",
+        "/v2/models/add_sub/infer",
+        _good(inputs=[_in("INPUT0", [[1, 2], [3, 4]], [4]), _in("INPUT1", B)]),
+    ),
+    Case(
+        "json-int-and-float-data",
+        "POST",
+        "/v2/models/add_sub/infer",
+        _good(inputs=[_in("INPUT0", [0.5, 1.25, -2, 3e10]), _in("INPUT1", [0.1, 0.2, 0.3, 0.4])]),
+    ),
+    Case(
+        "json-request-parameters",
+        "POST",
+        "/v2/models/add_sub/infer",
+        _good(parameters={"foo": "bar"}),
+    ),
+    Case(
+        "requested-output-subset",
+        "POST",
+        "/v2/models/add_sub/infer",
+        _good(outputs=[{"name": "OUTPUT1"}]),
+    ),
+    Case(
+        "requested-outputs-reordered",
+        "POST",
+        "/v2/models/add_sub/infer",
+        _good(outputs=[{"name": "OUTPUT1"}, {"name": "OUTPUT0"}]),
+    ),
+    Case(
+        "binary-data-output",
+        "POST",
+        "/v2/models/add_sub/infer",
+        _good(parameters={"binary_data_output": True}),
+    ),
+    Case(
+        "per-output-binary-data",
+        "POST",
+        "/v2/models/add_sub/infer",
+        _good(
+            outputs=[{"name": "OUTPUT0", "parameters": {"binary_data": True}}, {"name": "OUTPUT1"}]
+        ),
+    ),
     Case("binary-request", "POST", "/v2/models/add_sub/infer", _BIN_BODY, _BIN_HEADERS),
-    Case("batch-2x3", "POST", "/v2/models/identity_batch/infer",
-         {"inputs": [_in("INPUT0", [1, 2, 3, 4, 5, 6], [2, 3])]}),
-    Case("batch-8x1", "POST", "/v2/models/identity_batch/infer",
-         {"inputs": [_in("INPUT0", list(range(8)), [8, 1])]}),
-    Case("strings-json", "POST", "/v2/models/strings/infer",
-         {"inputs": [_in("INPUT0", ["hello", "wörld"], datatype="BYTES")]}),
-    Case("strings-binary-output", "POST", "/v2/models/strings/infer",
-         {"inputs": [_in("INPUT0", ["hello", "wörld"], datatype="BYTES")], "parameters": {"binary_data_output": True}}),
+    Case(
+        "batch-2x3",
+        "POST",
+        "/v2/models/identity_batch/infer",
+        {"inputs": [_in("INPUT0", [1, 2, 3, 4, 5, 6], [2, 3])]},
+    ),
+    Case(
+        "batch-8x1",
+        "POST",
+        "/v2/models/identity_batch/infer",
+        {"inputs": [_in("INPUT0", list(range(8)), [8, 1])]},
+    ),
+    Case(
+        "strings-json",
+        "POST",
+        "/v2/models/strings/infer",
+        {"inputs": [_in("INPUT0", ["hello", "wörld"], datatype="BYTES")]},
+    ),
+    Case(
+        "strings-binary-output",
+        "POST",
+        "/v2/models/strings/infer",
+        {
+            "inputs": [_in("INPUT0", ["hello", "wörld"], datatype="BYTES")],
+            "parameters": {"binary_data_output": True},
+        },
+    ),
     Case("strings-binary-input", "POST", "/v2/models/strings/infer", _STR_BODY, _STR_HEADERS),
 ]
 
@@ -285,49 +383,173 @@ def _wrong(**inputs: Any) -> dict[str, Any]:
 ERROR_CASES = [
     Case("unknown-model", "POST", "/v2/models/nope/infer", GOOD, model="nope"),
     Case("unknown-version", "POST", "/v2/models/add_sub/versions/7/infer", GOOD, model="add_sub"),
-    Case("broken-model", "POST", "/v2/models/broken/infer", {"inputs": [_in("INPUT0", A)]}, model="broken"),
+    Case(
+        "broken-model",
+        "POST",
+        "/v2/models/broken/infer",
+        {"inputs": [_in("INPUT0", A)]},
+        model="broken",
+    ),
     Case("broken-init-model", "POST", "/v2/models/broken_init/infer", GOOD, model="broken_init"),
-    Case("wrong-datatype", "POST", "/v2/models/add_sub/infer",
-         _wrong(a=_in("INPUT0", [1, 2, 3, 4], datatype="INT32"), b=_in("INPUT1", B)), model="add_sub"),
-    Case("float-data-for-int32", "POST", "/v2/models/add_sub/infer",
-         _wrong(a=_in("INPUT0", [1.5, 2, 3, 4], datatype="INT32"), b=_in("INPUT1", B)), model="add_sub",
-         triton_500=True),
-    Case("invalid-datatype-name", "POST", "/v2/models/add_sub/infer",
-         _wrong(a=_in("INPUT0", A, datatype="FLOAT"), b=_in("INPUT1", B)), model="add_sub"),
-    Case("wrong-shape", "POST", "/v2/models/add_sub/infer",
-         _wrong(a=_in("INPUT0", A[:3]), b=_in("INPUT1", B)), model="add_sub"),
-    Case("wrong-rank", "POST", "/v2/models/add_sub/infer",
-         _wrong(a=_in("INPUT0", A, [2, 2]), b=_in("INPUT1", B)), model="add_sub"),
-    Case("too-few-elements", "POST", "/v2/models/add_sub/infer",
-         _wrong(a=_in("INPUT0", A[:3], [4]), b=_in("INPUT1", B)), model="add_sub", triton_500=True),
-    Case("too-many-elements", "POST", "/v2/models/add_sub/infer",
-         _wrong(a=_in("INPUT0", A + [5.0], [4]), b=_in("INPUT1", B)), model="add_sub", triton_500=True),
-    Case("batch-without-batch-dim", "POST", "/v2/models/identity_batch/infer",
-         {"inputs": [_in("INPUT0", [1, 2, 3], [3])]}, model="identity_batch"),
-    Case("batch-too-large", "POST", "/v2/models/identity_batch/infer",
-         {"inputs": [_in("INPUT0", list(range(9)), [9, 1])]}, model="identity_batch"),
-    Case("missing-input", "POST", "/v2/models/add_sub/infer", _wrong(a=_in("INPUT0", A)), model="add_sub"),
-    Case("extra-unknown-input", "POST", "/v2/models/add_sub/infer",
-         _wrong(a=_in("INPUT0", A), b=_in("INPUT1", B), c=_in("INPUT9", A)), model="add_sub"),
-    Case("input-without-data", "POST", "/v2/models/add_sub/infer",
-         _wrong(a={"name": "INPUT0", "shape": [4], "datatype": "FP32"}, b=_in("INPUT1", B)), model="add_sub"),
-    Case("string-in-fp32-data", "POST", "/v2/models/add_sub/infer",
-         _wrong(a=_in("INPUT0", ["a", 2, 3, 4]), b=_in("INPUT1", B)), model="add_sub", triton_500=True),
-    Case("number-in-bytes-data", "POST", "/v2/models/strings/infer",
-         {"inputs": [_in("INPUT0", [5], datatype="BYTES")]}, model="strings", triton_500=True),
-    Case("malformed-json", "POST", "/v2/models/add_sub/infer", b'{"inputs": [',
-         {"Content-Type": "application/json"}, model="add_sub", triton_500=True),
-    Case("no-inputs-key", "POST", "/v2/models/add_sub/infer", {"id": "x"}, model="add_sub", triton_500=True),
-    Case("binary-header-length-past-body", "POST", "/v2/models/add_sub/infer", _BIN_BODY,
-         {"Inference-Header-Content-Length": str(len(_BIN_BODY) + 10)}, model="add_sub"),
-    Case("binary-data-size-past-body", "POST", "/v2/models/add_sub/infer", _BIN_BODY[:-16],
-         {"Inference-Header-Content-Length": _BIN_HEADERS["Inference-Header-Content-Length"]}, model="add_sub"),
-    Case("unknown-requested-output", "POST", "/v2/models/add_sub/infer",
-         _good(outputs=[{"name": "OUTPUT9"}]), model="add_sub"),
-    Case("model-raises", "POST", "/v2/models/raises/infer", {"inputs": [_in("INPUT0", A)]},
-         model="raises", must_contain="deliberate failure in execute"),
-    Case("model-error-response", "POST", "/v2/models/error_response/infer", {"inputs": [_in("INPUT0", A)]},
-         model="error_response", must_contain="error_response: deliberate error"),
+    Case(
+        "wrong-datatype",
+        "POST",
+        "/v2/models/add_sub/infer",
+        _wrong(a=_in("INPUT0", [1, 2, 3, 4], datatype="INT32"), b=_in("INPUT1", B)),
+        model="add_sub",
+    ),
+    Case(
+        "float-data-for-int32",
+        "POST",
+        "/v2/models/add_sub/infer",
+        _wrong(a=_in("INPUT0", [1.5, 2, 3, 4], datatype="INT32"), b=_in("INPUT1", B)),
+        model="add_sub",
+        triton_500=True,
+    ),
+    Case(
+        "invalid-datatype-name",
+        "POST",
+        "/v2/models/add_sub/infer",
+        _wrong(a=_in("INPUT0", A, datatype="FLOAT"), b=_in("INPUT1", B)),
+        model="add_sub",
+    ),
+    Case(
+        "wrong-shape",
+        "POST",
+        "/v2/models/add_sub/infer",
+        _wrong(a=_in("INPUT0", A[:3]), b=_in("INPUT1", B)),
+        model="add_sub",
+    ),
+    Case(
+        "wrong-rank",
+        "POST",
+        "/v2/models/add_sub/infer",
+        _wrong(a=_in("INPUT0", A, [2, 2]), b=_in("INPUT1", B)),
+        model="add_sub",
+    ),
+    Case(
+        "too-few-elements",
+        "POST",
+        "/v2/models/add_sub/infer",
+        _wrong(a=_in("INPUT0", A[:3], [4]), b=_in("INPUT1", B)),
+        model="add_sub",
+        triton_500=True,
+    ),
+    Case(
+        "too-many-elements",
+        "POST",
+        "/v2/models/add_sub/infer",
+        _wrong(a=_in("INPUT0", [*A, 5.0], [4]), b=_in("INPUT1", B)),
+        model="add_sub",
+        triton_500=True,
+    ),
+    Case(
+        "batch-without-batch-dim",
+        "POST",
+        "/v2/models/identity_batch/infer",
+        {"inputs": [_in("INPUT0", [1, 2, 3], [3])]},
+        model="identity_batch",
+    ),
+    Case(
+        "batch-too-large",
+        "POST",
+        "/v2/models/identity_batch/infer",
+        {"inputs": [_in("INPUT0", list(range(9)), [9, 1])]},
+        model="identity_batch",
+    ),
+    Case(
+        "missing-input",
+        "POST",
+        "/v2/models/add_sub/infer",
+        _wrong(a=_in("INPUT0", A)),
+        model="add_sub",
+    ),
+    Case(
+        "extra-unknown-input",
+        "POST",
+        "/v2/models/add_sub/infer",
+        _wrong(a=_in("INPUT0", A), b=_in("INPUT1", B), c=_in("INPUT9", A)),
+        model="add_sub",
+    ),
+    Case(
+        "input-without-data",
+        "POST",
+        "/v2/models/add_sub/infer",
+        _wrong(a={"name": "INPUT0", "shape": [4], "datatype": "FP32"}, b=_in("INPUT1", B)),
+        model="add_sub",
+    ),
+    Case(
+        "string-in-fp32-data",
+        "POST",
+        "/v2/models/add_sub/infer",
+        _wrong(a=_in("INPUT0", ["a", 2, 3, 4]), b=_in("INPUT1", B)),
+        model="add_sub",
+        triton_500=True,
+    ),
+    Case(
+        "number-in-bytes-data",
+        "POST",
+        "/v2/models/strings/infer",
+        {"inputs": [_in("INPUT0", [5], datatype="BYTES")]},
+        model="strings",
+        triton_500=True,
+    ),
+    Case(
+        "malformed-json",
+        "POST",
+        "/v2/models/add_sub/infer",
+        b'{"inputs": [',
+        {"Content-Type": "application/json"},
+        model="add_sub",
+        triton_500=True,
+    ),
+    Case(
+        "no-inputs-key",
+        "POST",
+        "/v2/models/add_sub/infer",
+        {"id": "x"},
+        model="add_sub",
+        triton_500=True,
+    ),
+    Case(
+        "binary-header-length-past-body",
+        "POST",
+        "/v2/models/add_sub/infer",
+        _BIN_BODY,
+        {"Inference-Header-Content-Length": str(len(_BIN_BODY) + 10)},
+        model="add_sub",
+    ),
+    Case(
+        "binary-data-size-past-body",
+        "POST",
+        "/v2/models/add_sub/infer",
+        _BIN_BODY[:-16],
+        {"Inference-Header-Content-Length": _BIN_HEADERS["Inference-Header-Content-Length"]},
+        model="add_sub",
+    ),
+    Case(
+        "unknown-requested-output",
+        "POST",
+        "/v2/models/add_sub/infer",
+        _good(outputs=[{"name": "OUTPUT9"}]),
+        model="add_sub",
+    ),
+    Case(
+        "model-raises",
+        "POST",
+        "/v2/models/raises/infer",
+        {"inputs": [_in("INPUT0", A)]},
+        model="raises",
+        must_contain="deliberate failure in execute",
+    ),
+    Case(
+        "model-error-response",
+        "POST",
+        "/v2/models/error_response/infer",
+        {"inputs": [_in("INPUT0", A)]},
+        model="error_response",
+        must_contain="error_response: deliberate error",
+    ),
 ]
 
 
@@ -345,8 +567,10 @@ def test_inference_error(servers: Any, strict: bool, case: Case) -> None:
 def _clients(servers: Any) -> tuple[Any, Any]:
     import tritonclient.http as httpclient
 
-    return (httpclient.InferenceServerClient(servers.triton.http_url),
-            httpclient.InferenceServerClient(servers.naiad.http_url))
+    return (
+        httpclient.InferenceServerClient(servers.triton.http_url),
+        httpclient.InferenceServerClient(servers.naiad.http_url),
+    )
 
 
 def _client_inputs(arrays: dict[str, np.ndarray], binary: bool = True) -> list[Any]:
@@ -354,7 +578,11 @@ def _client_inputs(arrays: dict[str, np.ndarray], binary: bool = True) -> list[A
 
     out = []
     for name, arr in arrays.items():
-        dt = "BYTES" if arr.dtype == np.object_ else {np.float32: "FP32", np.int32: "INT32"}[arr.dtype.type]
+        dt = (
+            "BYTES"
+            if arr.dtype == np.object_
+            else {np.float32: "FP32", np.int32: "INT32"}[arr.dtype.type]
+        )
         x = httpclient.InferInput(name, list(arr.shape), dt)
         x.set_data_from_numpy(arr, binary_data=binary)
         out.append(x)
@@ -375,22 +603,45 @@ CLIENT_CALLS: dict[str, Any] = {
     "get_inference_statistics-unknown": lambda c, m: c.get_inference_statistics("nope"),
     "load_model-refused": lambda c, m: c.load_model("add_sub"),
     "infer-binary": lambda c, m: infer_result_data(
-        c.infer("add_sub", _client_inputs({"INPUT0": _a, "INPUT1": _b}), request_id="c1"), ["OUTPUT0", "OUTPUT1"]),
+        c.infer("add_sub", _client_inputs({"INPUT0": _a, "INPUT1": _b}), request_id="c1"),
+        ["OUTPUT0", "OUTPUT1"],
+    ),
     "infer-json-tensors": lambda c, m: infer_result_data(
-        c.infer("add_sub", _client_inputs({"INPUT0": _a, "INPUT1": _b}, binary=False),
-                outputs=[m.InferRequestedOutput("OUTPUT0", binary_data=False)]), ["OUTPUT0", "OUTPUT1"]),
+        c.infer(
+            "add_sub",
+            _client_inputs({"INPUT0": _a, "INPUT1": _b}, binary=False),
+            outputs=[m.InferRequestedOutput("OUTPUT0", binary_data=False)],
+        ),
+        ["OUTPUT0", "OUTPUT1"],
+    ),
     "infer-subset": lambda c, m: infer_result_data(
-        c.infer("add_sub", _client_inputs({"INPUT0": _a, "INPUT1": _b}),
-                outputs=[m.InferRequestedOutput("OUTPUT1")]), ["OUTPUT0", "OUTPUT1"]),
+        c.infer(
+            "add_sub",
+            _client_inputs({"INPUT0": _a, "INPUT1": _b}),
+            outputs=[m.InferRequestedOutput("OUTPUT1")],
+        ),
+        ["OUTPUT0", "OUTPUT1"],
+    ),
     "infer-strings": lambda c, m: infer_result_data(
-        c.infer("strings", _client_inputs({"INPUT0": np.array([b"a", "wörld".encode()], dtype=np.object_)})),
-        ["OUTPUT0"]),
+        c.infer(
+            "strings",
+            _client_inputs({"INPUT0": np.array([b"a", "wörld".encode()], dtype=np.object_)}),
+        ),
+        ["OUTPUT0"],
+    ),
     "infer-batch": lambda c, m: infer_result_data(
-        c.infer("identity_batch", _client_inputs({"INPUT0": np.ones((3, 2), np.float32)})), ["OUTPUT0"]),
-    "infer-unknown-model": lambda c, m: c.infer("nope", _client_inputs({"INPUT0": _a, "INPUT1": _b})),
+        c.infer("identity_batch", _client_inputs({"INPUT0": np.ones((3, 2), np.float32)})),
+        ["OUTPUT0"],
+    ),
+    "infer-unknown-model": lambda c, m: c.infer(
+        "nope", _client_inputs({"INPUT0": _a, "INPUT1": _b})
+    ),
     "infer-wrong-dtype": lambda c, m: c.infer(
-        "add_sub", _client_inputs({"INPUT0": _a.astype(np.int32), "INPUT1": _b})),
-    "infer-wrong-shape": lambda c, m: c.infer("add_sub", _client_inputs({"INPUT0": _a[:3], "INPUT1": _b})),
+        "add_sub", _client_inputs({"INPUT0": _a.astype(np.int32), "INPUT1": _b})
+    ),
+    "infer-wrong-shape": lambda c, m: c.infer(
+        "add_sub", _client_inputs({"INPUT0": _a[:3], "INPUT1": _b})
+    ),
     "infer-missing-input": lambda c, m: c.infer("add_sub", _client_inputs({"INPUT0": _a})),
     "infer-raises": lambda c, m: c.infer("raises", _client_inputs({"INPUT0": _a})),
     "infer-error-response": lambda c, m: c.infer("error_response", _client_inputs({"INPUT0": _a})),
@@ -451,19 +702,29 @@ def test_metrics(servers: Any, strict: bool) -> None:
                 continue
             other = nf[name]
             if (other.help, other.type) != (fam.help, fam.type):
-                problems.append(f"{name}: HELP/TYPE triton {(fam.help, fam.type)} naiad {(other.help, other.type)}")
+                problems.append(
+                    f"{name}: HELP/TYPE triton {(fam.help, fam.type)} "
+                    f"naiad {(other.help, other.type)}"
+                )
             if not name.startswith("nv_inference_"):
                 continue
-            tl, nl = set(fam.samples), set(other.samples)
+            # Triton keeps the failure series of a model whose initialize() failed; not compared
+            tl = {k for k in fam.samples if dict(k).get("model") not in BROKEN_MODELS}
+            nl = {k for k in other.samples if dict(k).get("model") not in BROKEN_MODELS}
             if tl != nl:
-                problems.append(f"{name}: label sets only in triton {sorted(tl - nl)}, only in naiad {sorted(nl - tl)}")
+                problems.append(
+                    f"{name}: label sets only in triton {sorted(tl - nl)}, "
+                    f"only in naiad {sorted(nl - tl)}"
+                )
             if fam.type == "counter" and not name.endswith("_us"):
                 for labels, value in fam.samples.items():
                     if labels in other.samples and other.samples[labels] != value:
-                        problems.append(f"{name}{dict(labels)}: triton {value} naiad {other.samples[labels]}")
+                        problems.append(
+                            f"{name}{dict(labels)}: triton {value} naiad {other.samples[labels]}"
+                        )
         assert not problems, "metrics differ:\n  " + "\n  ".join(problems)
 
-    eventually(check, timeout=6.0, interval=0.5)
+    eventually(check, timeout=4.0, interval=0.5)
 
 
 def test_json_diff_self_check() -> None:

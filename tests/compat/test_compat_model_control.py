@@ -30,8 +30,12 @@ COMPAT_SERVER_ARGS = ["--model-control-mode", "explicit", "--load-model", "add_s
 COMPAT_EXPECT_READY = ("add_sub",)
 
 GRPC_CLIENT_ERRORS = {"INVALID_ARGUMENT", "NOT_FOUND", "FAILED_PRECONDITION"}
-INFER = {"inputs": [{"name": "INPUT0", "shape": [4], "datatype": "FP32", "data": [1, 2, 3, 4]},
-                    {"name": "INPUT1", "shape": [4], "datatype": "FP32", "data": [5, 6, 7, 8]}]}
+INFER = {
+    "inputs": [
+        {"name": "INPUT0", "shape": [4], "datatype": "FP32", "data": [1, 2, 3, 4]},
+        {"name": "INPUT1", "shape": [4], "datatype": "FP32", "data": [5, 6, 7, 8]},
+    ]
+}
 
 
 def settled_index(server: Any, timeout: float = 15.0) -> list[dict[str, Any]]:
@@ -41,7 +45,10 @@ def settled_index(server: Any, timeout: float = 15.0) -> list[dict[str, Any]]:
         res = http_request(server.http_port, "POST", "/v2/repository/index", {})
         assert res.status == 200, res
         doc = res.json()
-        if not any(m.get("state") in ("LOADING", "UNLOADING") for m in doc) or time.monotonic() > deadline:
+        if (
+            not any(m.get("state") in ("LOADING", "UNLOADING") for m in doc)
+            or time.monotonic() > deadline
+        ):
             return doc
         time.sleep(0.1)
 
@@ -61,8 +68,13 @@ def test_not_loaded_model(servers: Any, strict: bool) -> None:
     for case in [
         Case("metadata", "GET", "/v2/models/strings", model="strings"),
         Case("ready", "GET", "/v2/models/strings/ready", model="strings"),
-        Case("infer", "POST", "/v2/models/strings/infer",
-             {"inputs": [{"name": "INPUT0", "shape": [1], "datatype": "BYTES", "data": ["a"]}]}, model="strings"),
+        Case(
+            "infer",
+            "POST",
+            "/v2/models/strings/infer",
+            {"inputs": [{"name": "INPUT0", "shape": [1], "datatype": "BYTES", "data": ["a"]}]},
+            model="strings",
+        ),
     ]:
         t, n = both(servers, case)
         check_error(case, t, n, strict)
@@ -80,11 +92,30 @@ def test_load(servers: Any, body: Any) -> None:
 @pytest.mark.parametrize(
     "case",
     [
-        Case("initialize-raises", "POST", "/v2/repository/models/broken_init/load", {}, model="broken_init",
-             must_contain="deliberate failure in initialize").param(),
-        Case("unparseable-config", "POST", "/v2/repository/models/broken/load", {}, model="broken",
-             triton_500=True).param(),
-        Case("unknown-model", "POST", "/v2/repository/models/nope/load", {}, model="nope", triton_500=True).param(),
+        Case(
+            "initialize-raises",
+            "POST",
+            "/v2/repository/models/broken_init/load",
+            {},
+            model="broken_init",
+            must_contain="deliberate failure in initialize",
+        ).param(),
+        Case(
+            "unparseable-config",
+            "POST",
+            "/v2/repository/models/broken/load",
+            {},
+            model="broken",
+            triton_500=True,
+        ).param(),
+        Case(
+            "unknown-model",
+            "POST",
+            "/v2/repository/models/nope/load",
+            {},
+            model="nope",
+            triton_500=True,
+        ).param(),
     ],
 )
 def test_load_failure(servers: Any, strict: bool, case: Case) -> None:
@@ -99,7 +130,9 @@ def test_ready_after_failed_load(servers: Any, strict: bool) -> None:
     compare_settled_index(servers, strict)
 
 
-@pytest.mark.parametrize("model", ["add_sub", "nope", "add_sub"], ids=["loaded", "unknown", "again"])
+@pytest.mark.parametrize(
+    "model", ["add_sub", "nope", "add_sub"], ids=["loaded", "unknown", "again"]
+)
 def test_unload(servers: Any, model: str) -> None:
     t, n = both(servers, Case("unload", "POST", f"/v2/repository/models/{model}/unload", {}))
     assert n.status == t.status == 200, f"triton {t!r}, naiad {n!r}"
@@ -149,11 +182,26 @@ def test_grpc_load_unload(servers: Any, stubs: Any, strict: bool) -> None:
     from tritonclient.grpc import service_pb2 as pb
 
     steps = [
-        ("RepositoryModelLoad", pb.RepositoryModelLoadRequest(model_name="identity_batch"), None, False),
-        ("RepositoryModelLoad", pb.RepositoryModelLoadRequest(model_name="broken_init"), "broken_init", False),
+        (
+            "RepositoryModelLoad",
+            pb.RepositoryModelLoadRequest(model_name="identity_batch"),
+            None,
+            False,
+        ),
+        (
+            "RepositoryModelLoad",
+            pb.RepositoryModelLoadRequest(model_name="broken_init"),
+            "broken_init",
+            False,
+        ),
         ("RepositoryModelLoad", pb.RepositoryModelLoadRequest(model_name="nope"), "nope", True),
         ("RepositoryModelLoad", pb.RepositoryModelLoadRequest(model_name="broken"), "broken", True),
-        ("RepositoryModelUnload", pb.RepositoryModelUnloadRequest(model_name="identity_batch"), None, False),
+        (
+            "RepositoryModelUnload",
+            pb.RepositoryModelUnloadRequest(model_name="identity_batch"),
+            None,
+            False,
+        ),
         ("RepositoryModelUnload", pb.RepositoryModelUnloadRequest(model_name="nope"), None, False),
     ]
     for method, request, model, triton_internal in steps:
@@ -161,7 +209,9 @@ def test_grpc_load_unload(servers: Any, stubs: Any, strict: bool) -> None:
         where = f"{method}({request.model_name})"
         if triton_internal and strict:
             assert t.code == "INTERNAL", f"{where}: Triton no longer answers INTERNAL ({t!r})"
-            assert n.code in GRPC_CLIENT_ERRORS, f"{where}: naiad must answer a client error, got {n!r}"
+            assert n.code in GRPC_CLIENT_ERRORS, (
+                f"{where}: naiad must answer a client error, got {n!r}"
+            )
         else:
             assert n.code == t.code, f"{where}: triton {t!r}, naiad {n!r}"
         if n.code != "OK":
@@ -182,6 +232,10 @@ def test_grpc_load_unload(servers: Any, stubs: Any, strict: bool) -> None:
         if t.code == "OK" and method == "RepositoryIndex":
             compare_index(t.as_dict().get("models", []), n.as_dict().get("models", []), strict)
         elif t.code == "OK":
-            assert t.as_dict() == n.as_dict(), f"{method}: triton {t.as_dict()}, naiad {n.as_dict()}"
+            assert t.as_dict() == n.as_dict(), (
+                f"{method}: triton {t.as_dict()}, naiad {n.as_dict()}"
+            )
         elif strict:
-            assert "identity_batch" in n.details, f"{method}: details do not name the model: {n.details!r}"
+            assert "identity_batch" in n.details, (
+                f"{method}: details do not name the model: {n.details!r}"
+            )

@@ -13,10 +13,12 @@ from tritonclient.grpc import service_pb2 as pb
 from naiad.errors import InferenceServerError, Status
 from naiad.frontends.grpc.codec import (
     CONTENTS_FIELD,
+    ResponseEncoder,
     decode_request,
-    encode_response,
     params_to_dict,
     set_params,
+    stream_error,
+    stream_response,
 )
 from naiad.shm import SharedMemoryRegistry
 from naiad.types import InferenceResponse, Tensor
@@ -56,9 +58,25 @@ def _raw_request(*arrays: np.ndarray, datatype: str = "FP32", **kwargs) -> pb.Mo
     )
 
 
+_TO_SHM: dict[int, dict | None] = {}  # id(request) -> the shared memory outputs decoded
+
+
+def decode(model, version, msg, registry):
+    request, to_shm = decode_request(model, version, msg, registry)
+    _TO_SHM[id(request)] = to_shm
+    return request
+
+
+def encode_response(request, response, registry) -> pb.ModelInferResponse:
+    """Encode with the hand-written encoder, parse back with the official classes."""
+    to_shm = _TO_SHM.pop(id(request), None)
+    return pb.ModelInferResponse.FromString(
+        ResponseEncoder(registry).encode(request, response, to_shm))
+
+
 def _error(registry, msg) -> InferenceServerError:
     with pytest.raises(InferenceServerError) as info:
-        decode_request(MODEL, 1, msg, registry)
+        decode(MODEL, 1, msg, registry)
     return info.value
 
 
@@ -68,7 +86,7 @@ def _error(registry, msg) -> InferenceServerError:
 def test_raw_inputs_become_views_of_the_message_bytes(registry):
     a = np.arange(4, dtype=np.float32)
     b = np.ones((2, 2), dtype=np.float32)
-    req = decode_request(MODEL, 3, _raw_request(a, b, id="req-7"), registry)
+    req = decode(MODEL, 3, _raw_request(a, b, id="req-7"), registry)
     assert req.model_name == MODEL and req.model_version == 3 and req.id == "req-7"
     assert list(req.inputs) == ["INPUT0", "INPUT1"]
     t0 = req.inputs["INPUT0"]
@@ -83,7 +101,7 @@ def test_raw_inputs_become_views_of_the_message_bytes(registry):
 def test_raw_bfloat16_and_fp16(registry):
     for datatype, dtype in (("BF16", ml_dtypes.bfloat16), ("FP16", np.float16)):
         a = np.array([1.5, -2.0, 3.25], dtype=dtype)
-        req = decode_request(MODEL, 1, _raw_request(a, datatype=datatype), registry)
+        req = decode(MODEL, 1, _raw_request(a, datatype=datatype), registry)
         assert req.inputs["INPUT0"].data.dtype == np.dtype(dtype)
         np.testing.assert_array_equal(req.inputs["INPUT0"].data, a)
 
@@ -92,7 +110,7 @@ def test_raw_bytes_tensor(registry):
     raw = b"\x05\x00\x00\x00hello\x06\x00\x00\x00w\xc3\xb6rld"
     msg = pb.ModelInferRequest(model_name=MODEL, raw_input_contents=[raw],
                                inputs=[Input(name="INPUT0", datatype="BYTES", shape=[2])])
-    data = decode_request(MODEL, 1, msg, registry).inputs["INPUT0"].data
+    data = decode(MODEL, 1, msg, registry).inputs["INPUT0"].data
     assert list(data) == [b"hello", "wörld".encode()]
 
 
@@ -116,7 +134,7 @@ def test_typed_contents(registry, datatype, values, dtype):
     contents = pb.InferTensorContents(**{CONTENTS_FIELD[datatype]: values})
     msg = pb.ModelInferRequest(model_name=MODEL, inputs=[
         Input(name="INPUT0", datatype=datatype, shape=[3], contents=contents)])
-    tensor = decode_request(MODEL, 1, msg, registry).inputs["INPUT0"]
+    tensor = decode(MODEL, 1, msg, registry).inputs["INPUT0"]
     assert tensor.data.dtype == np.dtype(dtype)
     np.testing.assert_array_equal(tensor.data, np.array(values, dtype=dtype))
 
@@ -125,7 +143,7 @@ def test_bytes_contents(registry):
     contents = pb.InferTensorContents(bytes_contents=[b"hello", b"x"])
     msg = pb.ModelInferRequest(model_name=MODEL, inputs=[
         Input(name="INPUT0", datatype="BYTES", shape=[1, 2], contents=contents)])
-    data = decode_request(MODEL, 1, msg, registry).inputs["INPUT0"].data
+    data = decode(MODEL, 1, msg, registry).inputs["INPUT0"].data
     assert data.shape == (1, 2) and data.tolist() == [[b"hello", b"x"]]
 
 
@@ -235,7 +253,7 @@ def test_shared_memory_input(registry, shm_region):
     msg = pb.ModelInferRequest(model_name=MODEL, inputs=[
         item, Input(name="INPUT1", datatype="FP32", shape=[4])],
         raw_input_contents=[other.tobytes()])
-    req = decode_request(MODEL, 1, msg, registry)
+    req = decode(MODEL, 1, msg, registry)
     np.testing.assert_array_equal(req.inputs["INPUT0"].data, data)
     np.testing.assert_array_equal(req.inputs["INPUT1"].data, other)
 
@@ -266,7 +284,7 @@ def test_parameters_and_requested_outputs(registry):
     msg.parameters["tag"].string_param = "x"
     msg.parameters["big"].uint64_param = 2**64 - 1
     msg.parameters["ratio"].double_param = 0.5
-    req = decode_request(MODEL, 1, msg, registry)
+    req = decode(MODEL, 1, msg, registry)
     assert req.parameters == {"sequence_id": 42, "sequence_start": True, "tag": "x",
                               "big": 2**64 - 1, "ratio": 0.5}
     assert [o.name for o in req.requested_outputs] == ["OUTPUT1"]
@@ -300,7 +318,7 @@ def test_params_round_trip():
 
 
 def test_encode_response(registry):
-    req = decode_request(MODEL, 1, _raw_request(np.zeros(4, np.float32), id="abc"), registry)
+    req = decode(MODEL, 1, _raw_request(np.zeros(4, np.float32), id="abc"), registry)
     out0 = np.arange(6, dtype=np.int64).reshape(2, 3)
     strings = np.array([b"a", b"bc"], dtype=object)
     response = InferenceResponse(outputs=[
@@ -308,7 +326,7 @@ def test_encode_response(registry):
         Tensor("OUTPUT1", "BYTES", (2,), strings),
         Tensor("OUTPUT2", "FP32", (2, 2), np.ones((2, 2), np.float32).T),  # not contiguous
     ], parameters={"note": "hi"})
-    msg = encode_response(req, response, "1", registry)
+    msg = encode_response(req, response, registry)
     assert (msg.model_name, msg.model_version, msg.id) == (MODEL, "1", "abc")
     assert [(o.name, o.datatype, list(o.shape)) for o in msg.outputs] == [
         ("OUTPUT0", "INT64", [2, 3]), ("OUTPUT1", "BYTES", [2]), ("OUTPUT2", "FP32", [2, 2])]
@@ -323,13 +341,13 @@ def test_encode_shared_memory_output(registry, shm_region):
     out.parameters["shared_memory_region"].string_param = "r"
     out.parameters["shared_memory_byte_size"].int64_param = 16
     out.parameters["shared_memory_offset"].int64_param = 32
-    req = decode_request(MODEL, 1, _raw_request(np.zeros(4, np.float32),
+    req = decode(MODEL, 1, _raw_request(np.zeros(4, np.float32),
                                                 outputs=[out, Output(name="OUTPUT1")]),
                          registry)
     value = np.array([1, 2, 3, 4], dtype=np.float32)
     response = InferenceResponse(outputs=[Tensor("OUTPUT0", "FP32", (4,), value),
                                           Tensor("OUTPUT1", "FP32", (4,), value * 2)])
-    msg = encode_response(req, response, "1", registry)
+    msg = encode_response(req, response, registry)
     assert [o.name for o in msg.outputs] == ["OUTPUT0", "OUTPUT1"]
     assert msg.raw_output_contents[0] == b""  # aligned, empty: the data is in the region
     assert msg.raw_output_contents[1] == (value * 2).tobytes()
@@ -342,10 +360,58 @@ def test_shared_memory_output_too_small(registry, shm_region):
     out = Output(name="OUTPUT0")
     out.parameters["shared_memory_region"].string_param = "r"
     out.parameters["shared_memory_byte_size"].int64_param = 8
-    req = decode_request(MODEL, 1, _raw_request(np.zeros(4, np.float32), outputs=[out]),
+    req = decode(MODEL, 1, _raw_request(np.zeros(4, np.float32), outputs=[out]),
                          registry)
     response = InferenceResponse(outputs=[Tensor("OUTPUT0", "FP32", (4,),
                                                  np.zeros(4, np.float32))])
     with pytest.raises(InferenceServerError) as info:
-        encode_response(req, response, "1", registry)
+        encode_response(req, response, registry)
     assert "'OUTPUT0'" in info.value.message and "8" in info.value.message
+
+
+# --- the hand-written wire encoding matches protobuf's -------------------------------------
+
+
+def _reference(request, response) -> pb.ModelInferResponse:
+    msg = pb.ModelInferResponse(model_name=request.model_name,
+                                model_version=str(request.model_version), id=request.id)
+    for tensor in response.outputs:
+        msg.outputs.add(name=tensor.name, datatype=tensor.datatype, shape=tensor.shape)
+        data = tensor.data
+        msg.raw_output_contents.append(
+            b"".join(len(x).to_bytes(4, "little") + x for x in data.reshape(-1))
+            if tensor.datatype == "BYTES" else np.ascontiguousarray(data).tobytes())
+    set_params(msg.parameters, response.parameters)
+    return msg
+
+
+@pytest.mark.parametrize("shape", [(), (0,), (1,), (127,), (128, 2), (3, 300, 1), (70000,)])
+@pytest.mark.parametrize("request_id", ["", "r", "ü" * 100])
+def test_encoding_matches_protobuf(registry, shape, request_id):
+    req = decode("mödel-" + "x" * 200, 123456,
+                 _raw_request(np.zeros(4, np.float32), id=request_id), registry)
+    data = np.arange(int(np.prod(shape)), dtype=np.float64).reshape(shape)
+    response = InferenceResponse(outputs=[
+        Tensor("OUT", "FP64", shape, data),
+        Tensor("ÖUT2", "BYTES", (2,), np.array([b"", b"z" * 300], dtype=object)),
+        Tensor("EMPTY", "INT8", (0, 5), np.zeros((0, 5), np.int8)),
+    ], parameters={"a": 1, "b": "two", "c": True})
+    got = encode_response(req, response, registry)
+    assert got == _reference(req, response)
+
+
+def test_encoding_of_no_outputs(registry):
+    req = decode(MODEL, 2, _raw_request(np.zeros(4, np.float32)), registry)
+    got = encode_response(req, InferenceResponse(), registry)
+    assert got == pb.ModelInferResponse(model_name=MODEL, model_version="2")
+
+
+def test_stream_encodings():
+    inner = pb.ModelInferResponse(model_name="m", model_version="1", id="x")
+    got = pb.ModelStreamInferResponse.FromString(stream_response(inner.SerializeToString()))
+    assert got.error_message == "" and got.infer_response == inner
+    err = pb.ModelStreamInferResponse.FromString(stream_error("bad ü" * 50, "req-9"))
+    assert err.error_message == "bad ü" * 50
+    assert err.HasField("infer_response") and err.infer_response.id == "req-9"
+    err = pb.ModelStreamInferResponse.FromString(stream_error("bad", ""))
+    assert err.HasField("infer_response") and err.infer_response.id == ""

@@ -13,7 +13,14 @@ import pytest
 import tritonclient.http as httpclient
 from test_http_e2e import add_sub_inputs, raw
 from tritonclient.utils import InferenceServerException
-from zoo import ADD_SUB_CONFIG, ADD_SUB_PY, SLOW_PY, identity_config, write_model
+from zoo import (
+    ADD_SUB_CONFIG,
+    ADD_SUB_PY,
+    BROKEN_INIT_PY,
+    SLOW_PY,
+    identity_config,
+    write_model,
+)
 
 from naiad.testing import naiad_server
 
@@ -106,6 +113,18 @@ def test_sigterm_drains_in_flight_requests(repo):
         thread.join(30)
         np.testing.assert_array_equal(results["out"], [1, 2])
         assert server.process.wait(30) == 0
+
+
+def test_strict_readiness_waits_for_failed_models(tmp_path):
+    write_model(tmp_path, "add_sub", ADD_SUB_CONFIG, ADD_SUB_PY)
+    write_model(tmp_path, "broken_init", identity_config("broken_init", "TYPE_FP32"),
+                BROKEN_INIT_PY)
+    with naiad_server("--model-repository", str(tmp_path), "--exit-on-error=false",
+                      ready_status=400) as server, \
+            httpclient.InferenceServerClient(server.http_url) as client:
+        assert client.is_server_live()
+        assert not client.is_server_ready()
+        assert client.is_model_ready("add_sub")
 
 
 def test_exit_on_error_fails_startup(tmp_path):

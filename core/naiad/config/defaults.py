@@ -46,8 +46,11 @@ def fill_defaults(config: ModelConfig, model_name: str, *,
             sequence.max_sequence_idle_microseconds = SEQUENCE_IDLE_DEFAULT_MICROSECONDS
         if sequence.HasField("oldest"):
             _prefer_max_batch(config, sequence.oldest.preferred_batch_size)
-    # An ensemble runs no instances of its own: Triton leaves both fields unset for it.
+    # An ensemble runs no instances of its own: Triton leaves optimization and instance_group
+    # unset, and always shows model_transaction_policy (decoupled when one of its steps is:
+    # the ensemble scheduler sets that, knowing the steps' models).
     if config.HasField("ensemble_scheduling"):
+        config.model_transaction_policy.SetInParent()
         return
     optimization = config.optimization
     if not optimization.HasField("input_pinned_memory"):

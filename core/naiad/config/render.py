@@ -39,6 +39,10 @@ NUMERIC_INT64_FIELDS = frozenset({
     "model_warmup.inputs.dims",
 })
 
+# Fields tritonclient's schema has but tritonserver 2.51's lacks: printed only when set, so a
+# config that does not use them renders as 2.51 renders it.
+NEWER_THAN_TRITON_2_51 = frozenset({"ensemble_scheduling.max_inflight_requests", "model_metrics"})
+
 _INT64_TYPES = frozenset({
     FieldDescriptor.TYPE_INT64, FieldDescriptor.TYPE_UINT64, FieldDescriptor.TYPE_SINT64,
     FieldDescriptor.TYPE_FIXED64, FieldDescriptor.TYPE_SFIXED64,
@@ -55,8 +59,9 @@ _WHOLE_FLOAT_LIMIT = 1e15
 
 
 def config_to_json(config: ModelConfig) -> dict[str, Any]:
-    """``config`` as the dict Triton serves: keys in .proto declaration order, map keys
-    sorted, int64 fields numbers where Triton makes them numbers."""
+    """``config`` as the dict Triton serves: keys in .proto declaration order, int64 fields
+    numbers where Triton makes them numbers, map entries sorted by key (Triton prints them in
+    its hash table's order, which no client can rely on)."""
     raw = json_format.MessageToDict(config, preserving_proto_field_name=True, **_PRINT_ALL)
     return _message(raw, config.DESCRIPTOR, "")
 
@@ -71,6 +76,8 @@ def _message(raw: dict[str, Any], descriptor: Descriptor, prefix: str) -> dict[s
             continue
         path = f"{prefix}{field.name}"
         value = raw[field.name]
+        if path in NEWER_THAN_TRITON_2_51 and not value:
+            continue
         if _is_map(field):
             out[field.name] = _map(value, field, path)
         elif isinstance(value, list):

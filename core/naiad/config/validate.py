@@ -145,7 +145,7 @@ def _batch_io_problem(config: ModelConfig) -> str | None:
     inputs = sorted(t.name for t in config.input)
     outputs = sorted(t.name for t in config.output)
     for item in config.batch_input:
-        where = f"batch_input '{item.target_name}'"
+        where = f"batch_input {list(item.target_name)}"
         if len(item.source_input) != 1:
             return f"{where} expects 1 source_input, got {len(item.source_input)}"
         if item.data_type not in (DataType.TYPE_INT32, DataType.TYPE_FP32):

@@ -113,7 +113,8 @@ def to_raw(tensor: Tensor) -> bytes | memoryview:
         data = np.ascontiguousarray(data)
     if data.dtype.byteorder == ">":
         data = data.astype(data.dtype.newbyteorder("<"))
-    return memoryview(data).cast("B")
+    # A uint8 view: memoryview cannot export every dtype (ml_dtypes' bfloat16 among them).
+    return memoryview(data.reshape(-1).view(np.uint8))
 
 
 def to_list(tensor: Tensor) -> list:

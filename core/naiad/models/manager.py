@@ -220,10 +220,8 @@ class ModelManager:
         lock = self._locks.setdefault(name, asyncio.Lock())
         async with lock:
             record = self.models.get(name)
-            if record is None:
-                if name in self.discover():
-                    return  # known but never loaded: nothing to do, as Triton
-                raise not_found(f"failed to unload '{name}': no model of that name")
+            if record is None or not record.versions:
+                return  # nothing loaded: unloading succeeds, as in Triton
             unloaded = ModelRecord(name, record.path, states={
                 v: (UNAVAILABLE, "unloaded") for v in (record.versions or [None])})
             self.models[name] = unloaded

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 from tritonclient.grpc.model_config_pb2 import ModelConfig, ModelVersionPolicy
 
 from naiad.errors import invalid_arg
+
+log = logging.getLogger("naiad.repository")
 
 
 def scheme_of(uri: str) -> str:
@@ -42,14 +45,18 @@ def select_versions(model_name: str, available: list[int], policy: ModelVersionP
         return list(available)
     if which == "specific":
         wanted = sorted(set(policy.specific.versions))
+        present = [v for v in wanted if v in available]
         missing = [v for v in wanted if v not in available]
         if missing:
+            # Triton logs the missing versions and serves the others.
+            log.error("model '%s': version_policy names version(s) %s but the model folder "
+                      "has %s", model_name, ", ".join(map(str, missing)), available)
+        if not present:
             raise invalid_arg(
-                f"model '{model_name}': version_policy names version(s) "
-                f"{', '.join(map(str, missing))} but the model folder has "
-                f"{available or 'no version folders'}"
-            )
-        return wanted
+                f"model '{model_name}': none of the versions named by version_policy "
+                f"({', '.join(map(str, wanted))}) has a folder; the model has "
+                f"{available or 'no version folders'}")
+        return present
     count = policy.latest.num_versions if which == "latest" else 1
     if count < 1:
         raise invalid_arg(f"model '{model_name}': version_policy latest num_versions must be "

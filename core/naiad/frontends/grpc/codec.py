@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 from tritonclient.grpc import service_pb2
 
 from naiad.datatypes import NUMPY_DTYPES
@@ -84,10 +85,16 @@ def set_params(target: Any, params: dict[str, Any]) -> None:
 # --- requests -----------------------------------------------------------------------------
 
 
-def decode_request(model_name: str, version: int, msg: Any,
-                   registry: SharedMemoryRegistry) -> InferenceRequest:
+ShmTargets = dict[str, tuple[str, int, int]]
+
+
+def decode_request(model_name: str, version: int, msg: Any, registry: SharedMemoryRegistry
+                   ) -> tuple[InferenceRequest, ShmTargets | None]:
     """Turn ``msg`` (a ``ModelInferRequest`` for ``model_name``) into an
-    :class:`InferenceRequest`; raise an INVALID_ARG error naming the model and tensor."""
+    :class:`InferenceRequest`; raise an INVALID_ARG error naming the model and tensor.
+
+    Also returns the outputs to write to shared memory: name -> (region, offset, byte_size),
+    or None when there are none."""
     raw_contents = msg.raw_input_contents
     raw_count = len(raw_contents)
     raw_index = 0
@@ -127,6 +134,7 @@ def decode_request(model_name: str, version: int, msg: Any,
                           f"raw_input_contents entries but only {raw_index} input(s) take "
                           f"their data from them")
     requested = None
+    to_shm = None
     if msg.outputs:
         requested = []
         for out in msg.outputs:
@@ -135,9 +143,13 @@ def decode_request(model_name: str, version: int, msg: Any,
                 if "classification" in out_params:
                     raise unsupported(f"output '{out.name}' of model '{model_name}': "
                                       f"classification outputs are not supported yet")
-                shm_output_target(model_name, out.name, out_params)  # check the types now
+                target = shm_output_target(model_name, out.name, out_params)
+                if target is not None:
+                    if to_shm is None:
+                        to_shm = {}
+                    to_shm[out.name] = target
             requested.append(RequestedOutput(out.name, out_params))
-    return InferenceRequest(
+    request = InferenceRequest(
         model_name=model_name,
         model_version=version,
         inputs=inputs,
@@ -145,6 +157,7 @@ def decode_request(model_name: str, version: int, msg: Any,
         requested_outputs=requested,
         parameters=params_to_dict(msg.parameters),
     )
+    return request, to_shm
 
 
 def _from_contents(model: str, name: str, datatype: str, shape: tuple[int, ...],
@@ -197,7 +210,7 @@ class ResponseEncoder:
     def __init__(self, registry: SharedMemoryRegistry) -> None:
         self.registry = registry
         self._heads: dict[tuple[str, int], bytes] = {}
-        self._outputs: dict[tuple[str, str], bytes] = {}
+        self._outputs: dict[tuple[str, str, tuple[int, ...]], bytes] = {}
 
     def _head(self, model_name: str, version: int) -> bytes:
         key = (model_name, version)
@@ -209,22 +222,25 @@ class ResponseEncoder:
                                        + _string_field(b"\x12", str(version)))
         return head
 
-    def _output_head(self, name: str, datatype: str) -> bytes:
-        key = (name, datatype)
-        head = self._outputs.get(key)
-        if head is None:
+    def _output(self, name: str, datatype: str, shape: tuple[int, ...]) -> bytes:
+        """The whole ``outputs`` entry (field 5) of one output tensor."""
+        key = (name, datatype, shape)
+        entry = self._outputs.get(key)
+        if entry is None:
             if len(self._outputs) >= self._MAX_CACHED:
                 self._outputs.clear()
-            head = self._outputs[key] = (_string_field(b"\x0a", name)
-                                         + _string_field(b"\x12", datatype))
-        return head
+            body = _string_field(b"\x0a", name) + _string_field(b"\x12", datatype)
+            if shape:
+                packed = b"".join([_varint(d) for d in shape])
+                body += b"\x1a" + _varint(len(packed)) + packed
+            entry = self._outputs[key] = b"\x2a" + _varint(len(body)) + body
+        return entry
 
-    def encode(self, request: InferenceRequest, response: InferenceResponse) -> bytes:
-        """The serialized ``ModelInferResponse`` for ``response``. Outputs the request sent
-        to shared memory are written there and get an empty raw content entry."""
-        wanted: dict[str, dict[str, Any]] | None = None
-        if request.requested_outputs:
-            wanted = {o.name: o.parameters for o in request.requested_outputs if o.parameters}
+    def encode(self, request: InferenceRequest, response: InferenceResponse,
+               to_shm: ShmTargets | None = None) -> bytes:
+        """The serialized ``ModelInferResponse`` for ``response``. Outputs named in
+        ``to_shm`` are written to their shared memory region and get an empty raw content
+        entry."""
         parts: list[bytes | memoryview] = [self._head(request.model_name,
                                                       request.model_version)]
         if request.id:
@@ -232,16 +248,12 @@ class ResponseEncoder:
         raws: list[bytes | memoryview] = []
         for tensor in response.outputs:
             name = tensor.name
-            body = self._output_head(name, tensor.datatype)
-            if tensor.shape:
-                packed = b"".join([_varint(d) for d in tensor.shape])
-                body += b"\x1a" + _varint(len(packed)) + packed
-            parts.append(b"\x2a" + _varint(len(body)) + body)
-            raw = to_raw(tensor)
-            if wanted:
-                params = wanted.get(name)
-                target = (shm_output_target(request.model_name, name, params)
-                          if params else None)
+            shape = tensor.shape
+            parts.append(self._output(name, tensor.datatype,
+                                      shape if type(shape) is tuple else tuple(shape)))
+            raw = _raw_bytes(tensor)
+            if to_shm is not None:
+                target = to_shm.get(name)
                 if target is not None:
                     region, offset, size = target
                     self.registry.write(region, offset, size, raw,
@@ -257,6 +269,16 @@ class ResponseEncoder:
             set_params(extra.parameters, response.parameters)
             parts.append(extra.SerializeToString())
         return b"".join(parts)
+
+
+def _raw_bytes(tensor: Tensor) -> bytes | memoryview:
+    data = tensor.data
+    if not data.size:
+        return b""  # to_raw cannot cast an empty multi-dimensional view
+    if tensor.datatype == "BF16":
+        # memoryview() rejects ml_dtypes.bfloat16 (no buffer format): go through uint16.
+        tensor = Tensor(tensor.name, "UINT16", tensor.shape, data.view(np.uint16))
+    return to_raw(tensor)
 
 
 def stream_response(infer_response: bytes) -> bytes:

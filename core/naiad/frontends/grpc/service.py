@@ -20,7 +20,13 @@ from google.protobuf import json_format
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 
 from naiad.errors import InferenceServerError, grpc_status, invalid_arg, unsupported
-from naiad.frontends.grpc.codec import decode_request, encode_response, params_to_dict
+from naiad.frontends.grpc.codec import (
+    ResponseEncoder,
+    decode_request,
+    params_to_dict,
+    stream_error,
+    stream_response,
+)
 
 if TYPE_CHECKING:
     from naiad.server import InferenceServer
@@ -57,16 +63,19 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
     def __init__(self, server: InferenceServer) -> None:
         self.server = server
         self.shm = server.shared_memory
+        self.encoder = ResponseEncoder(server.shared_memory)
 
     # --- inference (hot path) -----------------------------------------------------------
 
-    async def ModelInfer(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+    async def ModelInfer(self, request: Any, context: grpc.aio.ServicerContext) -> bytes:
+        # Returns the serialized ModelInferResponse (see _method_handlers).
         server = self.server
         try:
             model = server.model(request.model_name, request.model_version)
-            infer_request = decode_request(model.name, model.version, request, self.shm)
+            infer_request, to_shm = decode_request(model.name, model.version, request,
+                                                   self.shm)
             response = await server.infer(model, infer_request)
-            return encode_response(infer_request, response, str(model.version), self.shm)
+            return self.encoder.encode(infer_request, response, to_shm)
         except InferenceServerError as err:
             await context.abort(grpc_status(err), err.message)
         except Exception as exc:  # a bug must not take the server down
@@ -74,27 +83,27 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
             await context.abort(_INTERNAL, f"model '{request.model_name}': internal error: "
                                            f"{type(exc).__name__}: {exc}")
 
-    async def _stream_one(self, request: Any) -> Any:
+    async def _stream_one(self, request: Any) -> bytes:
         server = self.server
         try:
             model = server.model(request.model_name, request.model_version)
-            infer_request = decode_request(model.name, model.version, request, self.shm)
+            infer_request, to_shm = decode_request(model.name, model.version, request,
+                                                   self.shm)
             response = await server.infer(model, infer_request)
-            return pb.ModelStreamInferResponse(infer_response=encode_response(
-                infer_request, response, str(model.version), self.shm))
+            return stream_response(self.encoder.encode(infer_request, response, to_shm))
         except InferenceServerError as err:
             message = err.message
         except Exception as exc:
             log.exception("gRPC stream inference on model '%s' failed", request.model_name)
             message = (f"model '{request.model_name}': internal error: "
                        f"{type(exc).__name__}: {exc}")
-        return pb.ModelStreamInferResponse(
-            error_message=message, infer_response=pb.ModelInferResponse(id=request.id))
+        return stream_error(message, request.id)
 
     async def ModelStreamInfer(self, request_iterator: AsyncIterator[Any],
-                               context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
-        # Requests of one stream run concurrently; responses go out in request order.
-        pending: asyncio.Queue[asyncio.Future[Any] | None] = asyncio.Queue()
+                               context: grpc.aio.ServicerContext) -> AsyncIterator[bytes]:
+        # Yields serialized ModelStreamInferResponses. Requests of one stream run
+        # concurrently; responses go out in request order.
+        pending: asyncio.Queue[asyncio.Future[bytes] | None] = asyncio.Queue()
 
         async def read() -> None:
             try:
@@ -153,7 +162,8 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
     @_rpc
     async def ModelStatistics(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         stats = self.server.statistics(request.name, request.version)
-        return json_format.ParseDict({"model_stats": stats}, pb.ModelStatisticsResponse())
+        return json_format.ParseDict({"model_stats": stats}, pb.ModelStatisticsResponse(),
+                                     ignore_unknown_fields=True)
 
     # --- model repository ---------------------------------------------------------------
 
@@ -275,6 +285,31 @@ def _log_settings() -> dict[str, bool | int | str]:
 # --- the server ---------------------------------------------------------------------------
 
 
+_SERVICE = service_pb2.DESCRIPTOR.services_by_name["GRPCInferenceService"]
+# The inference RPCs return serialized responses (ResponseEncoder): no serializer.
+_PRESERIALIZED = frozenset({"ModelInfer", "ModelStreamInfer"})
+
+
+def _method_handlers(servicer: InferenceServicer) -> dict[str, grpc.RpcMethodHandler]:
+    """One handler per RPC of the service, as ``service_pb2_grpc`` registers them, except
+    that the inference RPCs send the bytes the servicer already encoded."""
+    handlers = {}
+    for method in _SERVICE.methods:
+        request_type = getattr(service_pb2, method.input_type.name)
+        response_type = getattr(service_pb2, method.output_type.name)
+        serializer = None if method.name in _PRESERIALIZED else response_type.SerializeToString
+        if method.client_streaming and method.server_streaming:
+            make = grpc.stream_stream_rpc_method_handler
+        elif method.client_streaming or method.server_streaming:  # pragma: no cover
+            raise TypeError(f"unexpected streaming kind of RPC {method.name}")
+        else:
+            make = grpc.unary_unary_rpc_method_handler
+        handlers[method.name] = make(getattr(servicer, method.name),
+                                     request_deserializer=request_type.FromString,
+                                     response_serializer=serializer)
+    return handlers
+
+
 def _bind_address(address: str, port: int) -> str:
     if ":" in address and not address.startswith("["):
         return f"[{address}]:{port}"  # IPv6 literal
@@ -294,8 +329,10 @@ async def start_grpc_server(server: InferenceServer, address: str, port: int) ->
         # Fail loudly when the port is taken instead of sharing it with another process.
         ("grpc.so_reuseport", 0),
     ])
-    service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(InferenceServicer(server),
-                                                                grpc_server)
+    handlers = _method_handlers(InferenceServicer(server))
+    grpc_server.add_generic_rpc_handlers(
+        (grpc.method_handlers_generic_handler(_SERVICE.full_name, handlers),))
+    grpc_server.add_registered_method_handlers(_SERVICE.full_name, handlers)
     target = _bind_address(address, port)
     try:
         bound = grpc_server.add_insecure_port(target)

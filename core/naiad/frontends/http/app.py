@@ -11,6 +11,7 @@ from typing import Any
 
 import orjson
 from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
@@ -34,6 +35,13 @@ def _error(exc: InferenceServerError) -> Response:
     return Response(error_body(exc.message), http_status(exc), media_type="application/json")
 
 
+async def _http_exception(request: Request, exc: Exception) -> Response:
+    """Unknown paths and wrong methods answer in the same ``{"error": ...}`` form."""
+    assert isinstance(exc, HTTPException)
+    return Response(error_body(exc.detail), exc.status_code, media_type="application/json",
+                    headers=exc.headers)
+
+
 def _split_infer_path(path: str) -> tuple[str, str] | None:
     """``/v2/models/M[/versions/V]/infer`` -> (M, V) or None."""
     parts = path.split("/")
@@ -51,7 +59,8 @@ class HTTPFrontend:
     def __init__(self, server: InferenceServer) -> None:
         self.server = server
         self.limit = server.options.max_input_size
-        self.router = Starlette(routes=self._routes())
+        self.router = Starlette(routes=self._routes(),
+                                exception_handlers={HTTPException: _http_exception})
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
         if scope["type"] == "http" and scope["method"] == "POST" and \
@@ -162,8 +171,10 @@ class HTTPFrontend:
 
     async def model_ready(self, request: Request) -> Response:
         p = request.path_params
-        ready = self.server.models.is_ready(p["model"], p.get("version", ""))
-        return Response(status_code=200 if ready else 400)
+        if self.server.models.is_ready(p["model"], p.get("version", "")):
+            return Response(status_code=200)
+        return Response(error_body("Model version not ready"), 400,
+                        media_type="application/json")
 
     async def model_config(self, request: Request) -> Response:
         p = request.path_params

@@ -1,4 +1,5 @@
 """OUTPUT0 = INPUT0 + INPUT1, OUTPUT1 = INPUT0 - INPUT1 (FP32 [4], no batching)."""
+
 import triton_python_backend_utils as pb_utils
 
 

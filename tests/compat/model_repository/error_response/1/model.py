@@ -1,4 +1,5 @@
 """Every request gets a response carrying a TritonError."""
+
 import triton_python_backend_utils as pb_utils
 
 

@@ -1,4 +1,5 @@
 """OUTPUT0 = INPUT0 (FP32 [-1], max_batch_size 8)."""
+
 import triton_python_backend_utils as pb_utils
 
 
@@ -7,5 +8,7 @@ class TritonPythonModel:
         responses = []
         for request in requests:
             in0 = pb_utils.get_input_tensor_by_name(request, "INPUT0").as_numpy()
-            responses.append(pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor("OUTPUT0", in0)]))
+            responses.append(
+                pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor("OUTPUT0", in0)])
+            )
         return responses

@@ -1,4 +1,5 @@
 """OUTPUT0 = INPUT0 (BYTES [-1], echo)."""
+
 import numpy as np
 import triton_python_backend_utils as pb_utils
 

@@ -1,0 +1,144 @@
+"""Importing a model's ``model.py`` in-process, the way Triton's stub imports it.
+
+Triton runs each model instance in its own process, appends the version folder and the model
+folder to ``sys.path`` and imports ``<version>.model``. naiad imports every model into one
+interpreter, so each import gets a unique package name (``_naiad_python_model_<n>``, whose
+``__path__`` is the version folder: ``from . import helper`` works as in Triton) and the two
+folders are appended to ``sys.path`` (``import helper`` works as in Triton).
+
+Two models that both ship ``helper.py`` must not see each other's: while a model file runs
+its top-level imports, :class:`_ModelFinder` resolves the names its own folders provide to its
+own files, and modules another model imported from its folders are hidden from
+``sys.modules``. Names the standard library or site-packages provide still win, as they do in
+Triton (its folders come last on ``sys.path``). A sibling imported lazily (inside
+``execute``) is whichever copy was imported first: the one limit of sharing an interpreter.
+"""
+
+from __future__ import annotations
+
+import importlib.abc
+import importlib.machinery
+import importlib.util
+import itertools
+import os
+import sys
+import threading
+import types
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+
+PACKAGE_PREFIX = "_naiad_python_model_"
+
+_lock = threading.Lock()
+_counter = itertools.count()
+# Every folder a Python model was imported from (version and model folders).
+_model_folders: set[str] = set()
+_active = threading.local()
+
+
+class _ModelFinder(importlib.abc.MetaPathFinder):
+    """Resolves top-level imports to the importing model's own folders (see module doc)."""
+
+    def find_spec(self, fullname: str, path: Sequence[str] | None = None,
+                  target: types.ModuleType | None = None) -> importlib.machinery.ModuleSpec | None:
+        folders = getattr(_active, "folders", None)
+        if folders is None or path is not None or fullname in sys.builtin_module_names:
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(fullname, folders)
+        if spec is None:
+            return None
+        elsewhere = [p for p in sys.path if p not in _model_folders]
+        if importlib.machinery.PathFinder.find_spec(fullname, elsewhere) is not None:
+            return None  # the standard library or site-packages comes first, as in Triton
+        return spec
+
+
+_finder = _ModelFinder()
+
+
+def import_model(model_file: Path) -> types.ModuleType:
+    """Execute ``model_file`` as a new module and return it. Its folder and the folder above
+    are appended to ``sys.path``. Exceptions from the model's code propagate."""
+    version_dir = model_file.parent
+    folders = [str(version_dir), str(version_dir.parent)]
+    with _lock:
+        package_name = f"{PACKAGE_PREFIX}{next(_counter)}"
+        package = types.ModuleType(package_name)
+        package.__path__ = [folders[0]]
+        package.__package__ = package_name
+        package.__spec__ = importlib.machinery.ModuleSpec(package_name, None, is_package=True)
+        package.__spec__.submodule_search_locations = [folders[0]]
+        spec = importlib.util.spec_from_file_location(f"{package_name}.{model_file.stem}",
+                                                      model_file)
+        if spec is None or spec.loader is None:
+            raise ImportError(f"cannot import {model_file}")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[package_name] = package
+        sys.modules[spec.name] = module
+        try:
+            with _isolated(folders):
+                spec.loader.exec_module(module)
+        except BaseException:
+            forget_model(module)
+            raise
+        return module
+
+
+def forget_model(module: types.ModuleType) -> None:
+    """Drop a module made by :func:`import_model` (and its package's submodules)."""
+    package_name = module.__name__.rpartition(".")[0]
+    if not package_name.startswith(PACKAGE_PREFIX):
+        return
+    for name in [n for n in sys.modules if n == package_name or n.startswith(package_name + ".")]:
+        del sys.modules[name]
+
+
+@contextmanager
+def _isolated(folders: list[str]) -> Iterator[None]:
+    for folder in folders:
+        if folder not in sys.path:
+            sys.path.append(folder)
+        _model_folders.add(folder)
+    hidden = _hide_other_models(folders)
+    if _finder not in sys.meta_path:
+        sys.meta_path.insert(0, _finder)
+    _active.folders = folders
+    try:
+        yield
+    finally:
+        _active.folders = None
+        for name, module in hidden.items():
+            sys.modules[name] = module
+
+
+def _hide_other_models(folders: list[str]) -> dict[str, types.ModuleType]:
+    """Take out of ``sys.modules`` the modules other models imported from their folders
+    under a top-level name that ``folders`` also provide; return them for restoring."""
+    provided = _top_level_names(folders)
+    others = tuple(f + os.sep for f in _model_folders if f not in folders)
+    own = tuple(f + os.sep for f in folders)
+    hidden = {}
+    for name, module in list(sys.modules.items()):
+        if name.partition(".")[0] not in provided:
+            continue
+        file = getattr(module, "__file__", None) or ""
+        if file.startswith(others) and not file.startswith(own):
+            hidden[name] = sys.modules.pop(name)
+    return hidden
+
+
+def _top_level_names(folders: list[str]) -> set[str]:
+    """Module and package names importable from ``folders`` (``helper.py`` -> ``helper``)."""
+    names = set()
+    for folder in folders:
+        try:
+            entries = os.listdir(folder)
+        except OSError:
+            continue
+        for entry in entries:
+            stem = entry.partition(".")[0]
+            if stem.isidentifier() and (entry.endswith((".py", ".pyc", ".so", ".pyd"))
+                                        or "." not in entry):
+                names.add(stem)
+    return names
