@@ -204,15 +204,6 @@ class Tensor:
         self._array = array
         self._datatype = datatype
 
-    @classmethod
-    def _wrap(cls, name: str, array: np.ndarray, datatype: str) -> Tensor:
-        """A tensor over ``array`` without any checks (the server's inputs)."""
-        tensor = object.__new__(cls)
-        tensor._name = name
-        tensor._array = array
-        tensor._datatype = datatype
-        return tensor
-
     def name(self) -> str:
         return self._name
 
@@ -272,6 +263,7 @@ class Tensor:
 
 
 def _input_tensor(name: str, array: np.ndarray, datatype: str) -> Tensor:
+    """A tensor over one of the server's input arrays, made without any checks."""
     tensor = _new_tensor(Tensor)
     tensor._name = name
     tensor._array = array

@@ -541,6 +541,7 @@ ERROR_CASES = [
         {"inputs": [_in("INPUT0", A)]},
         model="raises",
         must_contain="deliberate failure in execute",
+        triton_500=True,  # naiad: 400, see docs/compatibility.md
     ),
     Case(
         "model-error-response",
@@ -590,6 +591,9 @@ def _client_inputs(arrays: dict[str, np.ndarray], binary: bool = True) -> list[A
 
 
 _a, _b = np.array(A, np.float32), np.array(B, np.float32)
+
+# Deliberate differences (docs/compatibility.md): naiad's status where it differs from Triton.
+NAIAD_CLIENT_STATUS = {"infer-raises": "400"}
 
 CLIENT_CALLS: dict[str, Any] = {
     "is_server_live": lambda c, m: c.is_server_live(),
@@ -649,7 +653,7 @@ CLIENT_CALLS: dict[str, Any] = {
 
 
 @pytest.mark.parametrize("name", list(CLIENT_CALLS))
-def test_tritonclient_http(servers: Any, name: str) -> None:
+def test_tritonclient_http(servers: Any, strict: bool, name: str) -> None:
     import tritonclient.http as httpclient
 
     tc, nc = _clients(servers)
@@ -663,7 +667,8 @@ def test_tritonclient_http(servers: Any, name: str) -> None:
     if t.ok:
         assert_same(t.value, n.value, f"tritonclient.http {name}")
     else:
-        assert n.status == t.status, f"InferenceServerException.status(): triton {t}, naiad {n}"
+        expected = NAIAD_CLIENT_STATUS.get(name, t.status) if strict else t.status
+        assert n.status == expected, f"InferenceServerException.status(): triton {t}, naiad {n}"
         assert n.message, f"naiad's exception has no message: {n}"
 
 

@@ -119,8 +119,11 @@ def test_metadata_of_unknown_model_and_version(client, call):
     err = grpc_error(getattr(client, call), "add_sub", "7")
     assert err.status() == "StatusCode.NOT_FOUND"
     assert "'add_sub'" in err.message() and "7" in err.message()
+    # A model that failed to load has no available version: NOT_FOUND, as tritonserver
+    # answers, with the reason.
     err = grpc_error(getattr(client, call), "broken")
-    assert err.status() == "StatusCode.UNAVAILABLE" and "'broken'" in err.message()
+    assert err.status() == "StatusCode.NOT_FOUND" and "'broken'" in err.message()
+    assert "deliberate failure in initialize" in err.message()
 
 
 # --- inference ---------------------------------------------------------------------------
@@ -333,7 +336,7 @@ def test_exception_in_execute(client):
     inp = grpcclient.InferInput("INPUT0", [4], "FP32")
     inp.set_data_from_numpy(A)
     err = grpc_error(client.infer, "raises", [inp])
-    assert err.status() == "StatusCode.INTERNAL"
+    assert err.status() == "StatusCode.INVALID_ARGUMENT"  # Triton: INTERNAL
     assert "deliberate failure in execute" in err.message()
     assert "raises" in err.message()
     assert_serving(client)
@@ -345,7 +348,7 @@ def test_model_that_failed_to_load(client):
     inp = grpcclient.InferInput("INPUT0", [4], "FP32")
     inp.set_data_from_numpy(A)
     err = grpc_error(client.infer, "broken", [inp])
-    assert err.status() == "StatusCode.UNAVAILABLE"
+    assert err.status() == "StatusCode.NOT_FOUND"  # as tritonserver: no available version
     assert "'broken'" in err.message() and "deliberate failure in initialize" in err.message()
     assert_serving(client)
 

@@ -50,7 +50,7 @@ def test_unload_and_load(client):
     client.unload_model("identity_batch")
     assert not client.is_model_ready("identity_batch")
     err = error(identity, client)
-    assert err.status() == "StatusCode.UNAVAILABLE" and "'identity_batch'" in err.message()
+    assert err.status() == "StatusCode.NOT_FOUND" and "'identity_batch'" in err.message()
     index = {m.name: m for m in client.get_model_repository_index().models}
     assert index["identity_batch"].state == "UNAVAILABLE"
 

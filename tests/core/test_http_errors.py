@@ -159,9 +159,10 @@ def test_exception_in_execute(client):
 def test_models_that_failed_to_load(client):
     tensor = httpclient.InferInput("INPUT0", [2], "FP32")
     tensor.set_data_from_numpy(np.zeros(2, np.float32))
-    fails(lambda: client.infer("broken_init", [tensor]), "503", "broken_init",
+    # Triton's status (404: no available version) with the load failure's reason added
+    fails(lambda: client.infer("broken_init", [tensor]), "404", "broken_init",
           "deliberate failure in initialize")
-    fails(lambda: client.infer("bad_config", [tensor]), "503", "bad_config")
+    fails(lambda: client.infer("bad_config", [tensor]), "404", "bad_config", "not_a_field")
     assert not client.is_model_ready("broken_init")
 
 

@@ -50,7 +50,8 @@ def test_explicit_load_and_unload(repo):
         _, _, inputs = add_sub_inputs()
         with pytest.raises(InferenceServerException) as info:
             client.infer("add_sub", inputs)
-        assert info.value.status() == "503"
+        assert info.value.status() == "404"
+        assert "no available versions" in info.value.message()
         client.load_model("add_sub")
         a, b, inputs = add_sub_inputs()
         np.testing.assert_array_equal(client.infer("add_sub", inputs).as_numpy("OUTPUT1"), a - b)

@@ -109,6 +109,8 @@ def to_raw(tensor: Tensor) -> bytes | memoryview:
     if tensor.datatype == "BYTES":
         return serialize_bytes(tensor.data)
     data = tensor.data
+    if not data.size:
+        return b""
     if not data.flags.c_contiguous:
         data = np.ascontiguousarray(data)
     if data.dtype.byteorder == ">":

@@ -88,9 +88,10 @@ class ModelManager:
             raise not_found(f"Request for unknown model: '{name}' is not found")
         if not version:
             if record.latest is None:
+                # Triton's status (NOT_FOUND) with the reason Triton leaves in its log.
                 reason = _reason(record)
-                raise unavailable(f"model '{name}' is not ready"
-                                  + (f": {reason}" if reason else ""))
+                raise not_found(f"Request for unknown model: '{name}' has no available versions"
+                                + (f" ({reason})" if reason else ""))
             return record.latest
         try:
             number = int(version)
@@ -100,7 +101,8 @@ class ModelManager:
         if found is None:
             state = record.states.get(number)
             if state is not None and state[0] != READY:
-                raise unavailable(f"model '{name}' version {number} is not ready: {state[1]}")
+                raise not_found(f"Request for unknown model: '{name}' version {number} is not "
+                                f"available ({state[1]})")
             raise not_found(f"Request for unknown model: '{name}' version {number} is not "
                             f"found (serving versions: {sorted(record.versions) or 'none'})")
         return found

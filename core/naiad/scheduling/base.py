@@ -8,12 +8,24 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
 from naiad.errors import InferenceServerError, Status
 from naiad.stats import ModelStats
 from naiad.types import InferenceRequest, InferenceResponse, InstanceInfo, ModelInstance
+
+
+class Execution(NamedTuple):
+    """What one backend execution produced, and when it ran (perf_counter_ns)."""
+
+    responses: list[InferenceResponse]
+    # True when the backend failed the batch as a whole (it raised): as in Triton, the
+    # requests count as failures; a response that merely carries an error is a success.
+    failed: bool
+    start_ns: int
+    end_ns: int
 
 
 class InstanceWorker:
@@ -32,11 +44,11 @@ class InstanceWorker:
         self.model_name = model_name
         self.executor = executor
 
-    def execute(self, requests: Sequence[InferenceRequest]
-                ) -> tuple[list[InferenceResponse], int, int]:
-        """Run a batch on this thread: (responses, start ns, end ns). Never raises: a failing
-        backend becomes one error response per request."""
+    def execute(self, requests: Sequence[InferenceRequest]) -> Execution:
+        """Run a batch on this thread. Never raises: a backend that raises fails the whole
+        batch (``failed``), one error response per request."""
         start = time.perf_counter_ns()
+        failed = False
         try:
             responses = self.instance.execute(requests)
             if len(responses) != len(requests):
@@ -44,13 +56,15 @@ class InstanceWorker:
                     f"model '{self.model_name}' returned {len(responses)} responses for "
                     f"{len(requests)} requests", Status.INTERNAL)
         except InferenceServerError as exc:
+            failed = True
             responses = [InferenceResponse(error=exc) for _ in requests]
         except Exception as exc:  # a backend bug must not take the server down
+            failed = True
             error = InferenceServerError(
                 f"model '{self.model_name}' instance '{self.info.name}' failed: "
                 f"{type(exc).__name__}: {exc}", Status.INTERNAL)
             responses = [InferenceResponse(error=error) for _ in requests]
-        return responses, start, time.perf_counter_ns()
+        return Execution(responses, failed, start, time.perf_counter_ns())
 
     def close(self) -> None:
         """Close the instance on its own thread, then stop the thread."""
@@ -87,7 +101,7 @@ SchedulerFactory = Callable[[SchedulingContext], Scheduler]
 
 
 async def run_on_worker(worker: InstanceWorker, requests: Sequence[InferenceRequest]
-                        ) -> tuple[list[InferenceResponse], int, int]:
+                        ) -> Execution:
     """Execute ``requests`` on ``worker``'s thread from the event loop."""
     loop = asyncio.get_running_loop()
     return await loop.run_in_executor(worker.executor, worker.execute, requests)

@@ -70,18 +70,18 @@ class DefaultScheduler(Scheduler):
                 self.stats.pending -= 1
             dispatched = time.perf_counter_ns()
             try:
-                responses, start, end = await run_on_worker(worker, (request,))
+                execution = await run_on_worker(worker, (request,))
             finally:
                 self._release(worker)
             done = time.perf_counter_ns()
-            response = responses[0]
+            start, end = execution.start_ns, execution.end_ns
             batch = batch_size_of(request, self.batching)
             input_ns, infer_ns, output_ns = start - dispatched, end - start, done - end
             self.stats.record_execution(batch, input_ns, infer_ns, output_ns)
-            self.stats.record_request(response.error is None, batch, done - request.arrival_ns,
+            self.stats.record_request(not execution.failed, batch, done - request.arrival_ns,
                                       dispatched - request.arrival_ns, input_ns, infer_ns,
                                       output_ns)
-            return response
+            return execution.responses[0]
         finally:
             self._in_flight -= 1
             if self._in_flight == 0 and self._drained is not None:

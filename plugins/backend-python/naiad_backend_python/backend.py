@@ -36,7 +36,8 @@ from naiad_backend_python import loader
 
 log = logging.getLogger("naiad.backend.python")
 
-# pb_utils.TritonError codes -> naiad statuses (UNKNOWN is a server-side failure).
+# pb_utils.TritonError codes -> naiad statuses (UNKNOWN is a server-side failure). A
+# TritonError made without a code is INTERNAL: tritonserver 2.51 answers it with HTTP 500.
 ERROR_STATUS = {
     pb_utils.TritonError.UNKNOWN: Status.INTERNAL,
     pb_utils.TritonError.INTERNAL: Status.INTERNAL,
@@ -47,6 +48,14 @@ ERROR_STATUS = {
     pb_utils.TritonError.ALREADY_EXISTS: Status.ALREADY_EXISTS,
     pb_utils.TritonError.CANCELLED: Status.CANCELLED,
 }
+
+# An exception raised by execute fails every request of the batch. tritonserver 2.51 answers
+# 500 / INTERNAL; naiad answers 400 / INVALID_ARGUMENT because what a model raises on is most
+# often the request it was given, and a 5xx invites retries that cannot succeed.
+EXECUTE_FAILURE_STATUS = Status.INVALID_ARG
+# A model that breaks the execute contract (not a list, the wrong number of responses, not
+# an InferenceResponse) is broken whatever the input: 500 / INTERNAL, as in Triton.
+CONTRACT_FAILURE_STATUS = Status.INTERNAL
 
 _PbResponse = pb_utils.InferenceResponse
 _PbTensor = pb_utils.Tensor
@@ -189,8 +198,8 @@ class PythonModelInstance(ModelInstance):
             return [convert(response, request, pb_request) for response, request, pb_request
                     in zip(returned, requests, pb_requests, strict=True)]
         except Exception as exc:
-            error = self._failure(exc)
-            return [InferenceResponse(error=error) for _ in requests]
+            # A failed batch is raised, not answered: the core counts it as a failure.
+            raise self._failure(exc) from None
 
     def close(self) -> None:
         if self._closed:
@@ -266,12 +275,14 @@ class PythonModelInstance(ModelInstance):
 
     def _failure(self, exc: Exception) -> InferenceServerError:
         """The error every request of a failed batch gets (Triton's wording)."""
+        status = EXECUTE_FAILURE_STATUS
         if isinstance(exc, _BatchError):
-            detail, status = str(exc), Status.INTERNAL
+            detail = str(exc)
+            status = CONTRACT_FAILURE_STATUS
         else:
             detail = describe(exc)
-            status = (ERROR_STATUS.get(exc.code(), Status.INTERNAL)
-                      if isinstance(exc, pb_utils.TritonError) else Status.INTERNAL)
+            if isinstance(exc, pb_utils.TritonError):
+                status = ERROR_STATUS.get(exc.code(), status)
         message = (f"Failed to process the request(s) for model '{self.instance_name}', "
                    f"message: {detail}")
         log.error("%s", message)

@@ -16,7 +16,7 @@ from backend_python_helpers import (
     write_model,
 )
 
-from naiad.errors import Status
+from naiad.errors import InferenceServerError, Status
 from naiad_backend_python import PythonBackend
 
 EXAMPLE_ADD_SUB = Path(__file__).parents[3] / "examples" / "model_repository" / "add_sub"
@@ -262,15 +262,15 @@ class TritonPythonModel:
 
 def test_exception_in_execute_fails_every_request_of_the_batch(load):
     instance = load("raises", RAISES_PY)
-    responses = instance.execute([add_sub_request(model="raises") for _ in range(3)])
-    assert len(responses) == 3
-    for response in responses:
-        error = response.error
-        assert error.status is Status.INTERNAL
-        assert error.message.startswith(
-            "Failed to process the request(s) for model 'raises_0_0', message: "
-            "RuntimeError: deliberate failure in execute")
-        assert "model.py(4): execute" in error.message  # the model's frame, as Triton shows
+    # The whole batch fails: the backend raises, the core answers every request with it.
+    with pytest.raises(InferenceServerError) as info:
+        instance.execute([add_sub_request(model="raises") for _ in range(3)])
+    error = info.value
+    assert error.status is Status.INVALID_ARG  # Triton: INTERNAL (docs/compatibility.md)
+    assert error.message.startswith(
+        "Failed to process the request(s) for model 'raises_0_0', message: "
+        "RuntimeError: deliberate failure in execute")
+    assert "model.py(4): execute" in error.message  # the model's frame, as Triton shows
 
 
 def test_raising_a_triton_error_uses_its_code(load):
@@ -281,9 +281,10 @@ def test_raising_a_triton_error_uses_its_code(load):
             def execute(self, requests):
                 raise pb_utils.TritonError("no such thing", pb_utils.TritonError.NOT_FOUND)
     """)
-    [response] = instance.execute([add_sub_request()])
-    assert response.error.status is Status.NOT_FOUND
-    assert "no such thing" in response.error.message
+    with pytest.raises(InferenceServerError) as info:
+        instance.execute([add_sub_request()])
+    assert info.value.status is Status.NOT_FOUND
+    assert "no such thing" in info.value.message
 
 
 def test_wrong_number_of_responses(load):
@@ -292,14 +293,13 @@ def test_wrong_number_of_responses(load):
             def execute(self, requests):
                 return []
     """)
-    responses = instance.execute([add_sub_request(), add_sub_request()])
-    assert len(responses) == 2
-    for response in responses:
-        assert response.error.status is Status.INTERNAL
-        assert ("Number of InferenceResponse objects do not match the number of "
-                "InferenceRequest objects. InferenceRequest(s) size is:2, and "
-                "InferenceResponse(s) size is:0") in response.error.message
-        assert "model 'too_few_0_0'" in response.error.message
+    with pytest.raises(InferenceServerError) as info:
+        instance.execute([add_sub_request(), add_sub_request()])
+    assert info.value.status is Status.INTERNAL
+    assert ("Number of InferenceResponse objects do not match the number of "
+            "InferenceRequest objects. InferenceRequest(s) size is:2, and "
+            "InferenceResponse(s) size is:0") in info.value.message
+    assert "model 'too_few_0_0'" in info.value.message
 
 
 @pytest.mark.parametrize(("body", "expected"), [
@@ -317,15 +317,17 @@ def test_malformed_returns_fail_the_batch(load, body, expected):
             def execute(self, requests):
                 {body}
     """)
-    [response] = instance.execute([add_sub_request()])
-    assert expected in response.error.message
-    assert response.error.status is Status.INTERNAL
+    with pytest.raises(InferenceServerError) as info:
+        instance.execute([add_sub_request()])
+    assert expected in info.value.message
+    assert info.value.status is Status.INTERNAL
 
 
 def test_model_without_execute(load):
     instance = load("no_execute", "class TritonPythonModel:\n    pass\n")
-    [response] = instance.execute([add_sub_request()])
-    assert "does not implement `execute` method." in response.error.message
+    with pytest.raises(InferenceServerError) as info:
+        instance.execute([add_sub_request()])
+    assert "does not implement `execute` method." in info.value.message
 
 
 def test_request_accessors(load):

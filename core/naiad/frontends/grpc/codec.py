@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
 from tritonclient.grpc import service_pb2
 
 from naiad.datatypes import NUMPY_DTYPES
@@ -251,7 +250,7 @@ class ResponseEncoder:
             shape = tensor.shape
             parts.append(self._output(name, tensor.datatype,
                                       shape if type(shape) is tuple else tuple(shape)))
-            raw = _raw_bytes(tensor)
+            raw = to_raw(tensor)
             if to_shm is not None:
                 target = to_shm.get(name)
                 if target is not None:
@@ -269,16 +268,6 @@ class ResponseEncoder:
             set_params(extra.parameters, response.parameters)
             parts.append(extra.SerializeToString())
         return b"".join(parts)
-
-
-def _raw_bytes(tensor: Tensor) -> bytes | memoryview:
-    data = tensor.data
-    if not data.size:
-        return b""  # to_raw cannot cast an empty multi-dimensional view
-    if tensor.datatype == "BF16":
-        # memoryview() rejects ml_dtypes.bfloat16 (no buffer format): go through uint16.
-        tensor = Tensor(tensor.name, "UINT16", tensor.shape, data.view(np.uint16))
-    return to_raw(tensor)
 
 
 def stream_response(infer_response: bytes) -> bytes:

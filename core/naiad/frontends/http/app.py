@@ -173,7 +173,8 @@ class HTTPFrontend:
         p = request.path_params
         if self.server.models.is_ready(p["model"], p.get("version", "")):
             return Response(status_code=200)
-        return Response(error_body("Model version not ready"), 400,
+        which = f"model '{p['model']}'" + (f" version {p['version']}" if "version" in p else "")
+        return Response(error_body(f"Model version not ready: {which} is not ready"), 400,
                         media_type="application/json")
 
     async def model_config(self, request: Request) -> Response:
