@@ -208,9 +208,9 @@ def main(argv: list[str] | None = None) -> int:
     text = (f"# naiad hot-path profile: {args.model}, c={args.concurrency}, "
             f"--http-server {args.http_server}, HTTP body {args.http_encoding}\n\n"
             + "\n\n".join(sections) + "\n")
-    print(text)
     if args.out:
         Path(args.out).write_text(text)
+    print(text)
     return 0
 
 

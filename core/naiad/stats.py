@@ -48,8 +48,6 @@ class ModelStats:
     compute_output: Duration = field(default_factory=Duration)
     cache_hit: Duration = field(default_factory=Duration)
     cache_miss: Duration = field(default_factory=Duration)
-    # requests waiting for an instance right now (nv_inference_pending_request_count)
-    pending: int = 0
     batches: dict[int, BatchStats] = field(default_factory=dict)
 
     def record_execution(self, batch_size: int, input_ns: int, infer_ns: int,

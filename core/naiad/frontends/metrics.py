@@ -92,9 +92,9 @@ class CpuUtilization:
 
 def render_metrics(server: InferenceServer, cpu: CpuUtilization) -> str:
     """The Prometheus text exposition of every loaded model version and the host."""
-    stats: list[ModelStats] = [
-        v.stats for record in sorted(server.models.models.values(), key=lambda r: r.name)
-        for _, v in sorted(record.versions.items())]
+    versions = [v for record in sorted(server.models.models.values(), key=lambda r: r.name)
+                for _, v in sorted(record.versions.items())]
+    stats: list[ModelStats] = [v.stats for v in versions]
     lines: list[str] = []
     for name, help_text, value in _COUNTERS[:1]:
         _family(lines, name, help_text, "counter")
@@ -113,8 +113,8 @@ def render_metrics(server: InferenceServer, cpu: CpuUtilization) -> str:
                      for s in stats)
     _family(lines, "nv_inference_pending_request_count",
             "Instantaneous number of pending requests awaiting execution per-model.", "gauge")
-    lines.extend(f'nv_inference_pending_request_count{{model="{s.name}",version="{s.version}"}}'
-                 f' {s.pending}' for s in stats)
+    lines.extend(f'nv_inference_pending_request_count{{model="{v.name}",version="{v.version}"}}'
+                 f' {v.scheduler.pending()}' for v in versions)
     total, used = _memory()
     _family(lines, "nv_cpu_memory_total_bytes", "CPU total memory (RAM), in bytes", "gauge")
     lines.append(f"nv_cpu_memory_total_bytes {total}")

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import asyncio
-from concurrent.futures import ThreadPoolExecutor
+import functools
 from pathlib import Path
 
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
 from naiad.errors import InferenceServerError, Status
-from naiad.scheduling.base import InstanceWorker
+from naiad.scheduling.worker import InstanceWorker
 from naiad.types import Backend, InstanceInfo, ModelContext
 
 
@@ -17,7 +17,7 @@ async def load_version(backend: Backend, name: str, version: int, path: Path,
                        config: ModelConfig, instances: list[InstanceInfo],
                        backend_config: dict[str, str]) -> list[InstanceWorker]:
     """Create every instance of a model version in parallel, each on the thread it will run
-    on. If one fails, the others are closed and the error names the model and instance."""
+    on. If one fails, the others are stopped and the error names the model and instance."""
     context = ModelContext(
         name=name,
         version=version,
@@ -27,30 +27,24 @@ async def load_version(backend: Backend, name: str, version: int, path: Path,
         repository=path.parent,
         backend_config=backend_config,
     )
-    loop = asyncio.get_running_loop()
-    executors = [ThreadPoolExecutor(1, thread_name_prefix=f"naiad-{info.name}")
-                 for info in instances]
+    workers = [InstanceWorker(info, name) for info in instances]
     results = await asyncio.gather(
-        *(loop.run_in_executor(ex, backend.create_instance, context, info)
-          for ex, info in zip(executors, instances, strict=False)),
+        *(w.load(functools.partial(backend.create_instance, context, w.info)) for w in workers),
         return_exceptions=True,
     )
-    workers, failure = [], None
-    for result, info, executor in zip(results, instances, executors, strict=False):
-        if isinstance(result, BaseException):
-            failure = failure or (info, result)
-            executor.shutdown(wait=False)
-        else:
-            workers.append(InstanceWorker(result, info, name, executor))
-    if failure is not None:
-        for worker in workers:
-            await asyncio.to_thread(worker.close)
-        info, exc = failure
-        if isinstance(exc, InferenceServerError):
-            raise InferenceServerError(
-                f"model '{name}' version {version} instance '{info.name}': {exc.message}",
-                exc.status)
-        raise InferenceServerError(
-            f"model '{name}' version {version} instance '{info.name}' failed to load: "
-            f"{type(exc).__name__}: {exc}", Status.UNAVAILABLE)
-    return workers
+    failure = next(((w.info, r) for w, r in zip(workers, results, strict=True)
+                    if isinstance(r, BaseException)), None)
+    if failure is None:
+        return workers
+    await stop_workers(workers)
+    info, exc = failure
+    if isinstance(exc, InferenceServerError):
+        raise InferenceServerError(f"instance '{info.name}': {exc.message}", exc.status)
+    raise InferenceServerError(
+        f"model '{name}' version {version} instance '{info.name}' failed to load: "
+        f"{type(exc).__name__}: {exc}", Status.UNAVAILABLE)
+
+
+async def stop_workers(workers: list[InstanceWorker]) -> None:
+    """Close every instance and end its thread, without blocking the event loop."""
+    await asyncio.gather(*(asyncio.to_thread(w.stop) for w in workers))

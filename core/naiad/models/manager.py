@@ -21,7 +21,7 @@ from naiad.config.render import config_to_json
 from naiad.config.validate import validate_config
 from naiad.errors import InferenceServerError, Status, invalid_arg, not_found, unavailable
 from naiad.models.instances import expand_instance_groups
-from naiad.models.loader import load_version
+from naiad.models.loader import load_version, stop_workers
 from naiad.models.signature import ModelSignature
 from naiad.plugins import PluginManager
 from naiad.repository.scan import model_config_versions, model_folders
@@ -242,8 +242,7 @@ class ModelManager:
             if keep is not None and keep.versions.get(version) is loaded:
                 continue
             await loaded.scheduler.drain()
-            for worker in loaded.context.workers:
-                await asyncio.to_thread(worker.close)
+            await stop_workers(loaded.context.workers)
 
     # --- loading ------------------------------------------------------------------------
 
@@ -300,8 +299,7 @@ class ModelManager:
             factory = self.plugins.scheduler(config)
             scheduler = factory(context)
         except Exception as exc:
-            for worker in workers:
-                await asyncio.to_thread(worker.close)
+            await stop_workers(workers)
             if isinstance(exc, InferenceServerError):
                 raise
             raise InferenceServerError(f"model '{name}': scheduler failed: {exc}",
