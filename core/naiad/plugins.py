@@ -119,8 +119,15 @@ class PluginManager:
                 dist = ep.dist.metadata["Name"] if ep.dist else ep.value
                 raise unavailable(f"plugin '{name}' ({dist}) failed to import: "
                                   f"{type(exc).__name__}: {exc}") from exc
-            self.pm.register(plugin, name=key)
-            self.pm.check_pending()
+            try:
+                self.pm.register(plugin, name=key)
+                self.pm.check_pending()
+            except pluggy.PluginValidationError as exc:
+                if self.pm.is_registered(plugin):
+                    self.pm.unregister(plugin)
+                dist = ep.dist.metadata["Name"] if ep.dist else ep.value
+                raise unavailable(f"plugin '{name}' ({dist}) does not match naiad's hook "
+                                  f"specifications: {exc}") from exc
             log.info("loaded plugin %s from %s", key, ep.value)
             loaded = True
         return loaded

@@ -43,7 +43,12 @@ class SharedMemoryRegistry:
             if name in self._regions:
                 raise InferenceServerError(
                     f"shared memory region '{name}' is already registered", Status.ALREADY_EXISTS)
-            path = os.path.join(SHM_ROOT, key.lstrip("/"))
+            # A key names one object in /dev/shm, as for shm_open(): no path may escape it.
+            name_in_root = key[1:] if key.startswith("/") else key
+            if not name_in_root or "/" in name_in_root or name_in_root in (".", ".."):
+                raise invalid_arg(f"shared memory region '{name}': key '{key}' is not a "
+                                  f"shared memory object name (like '/my_region')")
+            path = os.path.join(SHM_ROOT, name_in_root)
             try:
                 fd = os.open(path, os.O_RDWR)
             except OSError as exc:

@@ -104,7 +104,7 @@ def test_deserialize_bytes_rejects_too_few_elements():
     rejected(wire(b"a"), 3, "ends after 1 of 3 elements")
 
 
-@pytest.mark.parametrize("name", [n for n in DataType.keys() if n != "TYPE_INVALID"])
+@pytest.mark.parametrize("name", [n for n in DataType.keys() if n != "TYPE_INVALID"])  # noqa: SIM118 (a protobuf enum wrapper)
 def test_every_config_type_maps_to_a_v2_datatype_and_back(name):
     datatype = config_to_datatype(name)
     assert datatype in DATATYPES

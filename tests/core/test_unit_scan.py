@@ -59,9 +59,6 @@ def test_available_versions_reads_leading_zeros_as_numbers(tmp_path):
     assert available_versions(tmp_path) == [7]
 
 
-@pytest.mark.xfail(strict=True, raises=ValueError, reason=(
-    "BUG: str.isdigit() accepts Unicode digits such as '²' that int() rejects, so one oddly "
-    "named folder makes available_versions raise ValueError for the whole model"))
 def test_available_versions_ignores_unicode_digit_folder_names(tmp_path):
     mkdirs(tmp_path, "1", "²")
     assert available_versions(tmp_path) == [1]

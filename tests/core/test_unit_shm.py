@@ -96,10 +96,6 @@ def test_two_names_may_share_one_key(registry, shm_key):
     assert registry.read("b", 0, 8, "t") == bytes(range(8, 16))
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG: the key is joined to /dev/shm without rejecting '..' or inner '/', so a client can "
-    "map (and have outputs written to) any file the server may open, e.g. "
-    "'/../../etc/...'; shm_open, which Triton uses, refuses such names"))
 def test_register_refuses_a_key_that_escapes_dev_shm(registry, tmp_path):
     outside = tmp_path / "not-shared-memory"
     outside.write_bytes(b"\x00" * 16)

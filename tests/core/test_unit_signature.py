@@ -162,9 +162,6 @@ def test_reshape_with_batching_keeps_the_batch_dimension():
     np.testing.assert_array_equal(s.data, [1, 2, 3])
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG: a reshape with a -1 dimension (the validator accepts it) is copied literally, so "
-    "tensor.shape keeps the -1 instead of the request's size"))
 def test_reshape_with_variable_dimension_takes_the_size_from_the_request():
     sig = signature("""
         input [ { name: "T", data_type: TYPE_INT64, dims: [ -1, 4 ],
@@ -177,10 +174,6 @@ def test_reshape_with_variable_dimension_takes_the_size_from_the_request():
     assert t.data.shape == t.shape
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG: a reshape with two -1 dimensions (the validator accepts it) is passed to numpy, "
-    "which raises ValueError ('can only specify one unknown dimension') instead of "
-    "substituting the request's sizes as Triton does"))
 def test_reshape_with_two_variable_dimensions_substitutes_both_in_order():
     sig = signature("""
         input [ { name: "T", data_type: TYPE_FP32, dims: [ -1, -1 ],

@@ -170,9 +170,6 @@ def test_from_list_nan_into_integer_is_an_error():
     rejected(lambda: from_list("m", "X", "INT32", (1,), [float("nan")]), "datatype INT32")
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG: a JSON float given for an integer tensor is silently truncated by np.asarray "
-    "(1.5 -> 1); Triton rejects non-integer JSON values for INT/UINT datatypes"))
 def test_from_list_float_into_integer_tensor_is_an_error():
     rejected(lambda: from_list("m", "X", "INT32", (2,), [1, 1.5]), "datatype INT32")
 
@@ -195,9 +192,6 @@ def test_from_list_data_must_be_a_list(data):
              "input 'X' of model 'm'", "'data' must be a list")
 
 
-@pytest.mark.xfail(strict=True, raises=TypeError, reason=(
-    "BUG: 'data' given as a JSON number, null or boolean reaches list(values) and raises "
-    "TypeError (a 500) instead of INVALID_ARG \"'data' must be a list\""))
 @pytest.mark.parametrize("data", [5, None, True])
 def test_from_list_scalar_data_is_an_invalid_arg(data):
     rejected(lambda: from_list("m", "X", "INT32", (1,), data), "'data' must be a list")
@@ -407,9 +401,6 @@ def test_shm_input_through_a_real_registry(shm_key):
         registry.unregister_all()
 
 
-@pytest.mark.xfail(strict=True, raises=TypeError, reason=(
-    "BUG: a non-string 'shared_memory_region' (a JSON list) is used as a dict key in "
-    "SharedMemoryRegistry._span and raises TypeError (unhashable) instead of INVALID_ARG"))
 def test_shm_input_with_non_string_region_name_is_an_invalid_arg():
     registry = SharedMemoryRegistry()
     params = {"shared_memory_region": ["in0"], "shared_memory_byte_size": 4}

@@ -74,9 +74,12 @@ def from_list(model: str, name: str, datatype: str, shape: tuple[int, ...], valu
     """A tensor from a JSON list (flat or nested, row-major) or gRPC typed contents."""
     what = f"input '{name}' of model '{model}'"
     if not isinstance(values, list):
-        values = list(values) if not isinstance(values, (str, bytes, dict)) else None
-        if values is None:
-            raise invalid_arg(f"{what}: 'data' must be a list")
+        try:  # gRPC repeated fields
+            if isinstance(values, (str, bytes, dict)):
+                raise TypeError
+            values = list(values)
+        except TypeError:
+            raise invalid_arg(f"{what}: 'data' must be a list") from None
     flat = _flatten(values)
     count = element_count(shape)
     if len(flat) != count:
@@ -92,16 +95,34 @@ def from_list(model: str, name: str, datatype: str, shape: tuple[int, ...], valu
                     raise TypeError(f"element {i} is {type(item).__name__}, not a string")
                 data[i] = item
         else:
-            dtype = NUMPY_DTYPES[datatype]
-            if datatype == "BOOL":
-                if not all(isinstance(v, bool) for v in flat):
-                    raise TypeError("BOOL values must be true or false")
-            elif any(isinstance(v, (str, bool, list, dict)) or v is None for v in flat):
-                raise TypeError(f"{datatype} values must be numbers")
-            data = np.asarray(flat, dtype=dtype)
+            data = _numbers(flat, datatype)
     except (TypeError, ValueError, OverflowError) as exc:
         raise invalid_arg(f"{what}: data does not fit datatype {datatype}: {exc}") from None
     return Tensor(name, datatype, shape, data.reshape(shape))
+
+
+# The Python types a JSON list may hold for each kind of datatype: no strings or nulls, no
+# floats for integers (1.5 must not become 1), booleans only for BOOL.
+_ACCEPTED_TYPES = {"b": {bool}, "i": {int}, "u": {int}, "f": {int, float}}
+_EXPECTED = {"b": "true or false", "i": "numbers (integers)", "u": "numbers (integers)",
+             "f": "numbers"}
+
+
+def _numbers(flat: list, datatype: str) -> np.ndarray:
+    """A numeric array from a flat list, refusing values the datatype cannot hold."""
+    dtype = NUMPY_DTYPES[datatype]
+    assert dtype is not None
+    kind = "f" if datatype in ("BF16", "FP16") else dtype.kind
+    if not set(map(type, flat)) <= _ACCEPTED_TYPES[kind]:
+        raise TypeError(f"{datatype} values must be {_EXPECTED[kind]}")
+    if kind in "iu" and flat:
+        # numpy would wrap out-of-range integers silently
+        info = np.iinfo(dtype)
+        low, high = min(flat), max(flat)
+        if low < info.min or high > info.max:
+            raise OverflowError(f"values from {low} to {high} do not fit in {datatype} "
+                                f"({info.min} to {info.max})")
+    return np.asarray(flat, dtype=dtype)
 
 
 def to_raw(tensor: Tensor) -> bytes | memoryview:
@@ -143,6 +164,8 @@ def read_shm_input(registry: SharedMemoryRegistry, model: str, name: str, dataty
     size = params.get("shared_memory_byte_size")
     offset = params.get("shared_memory_offset", 0)
     what = f"input '{name}' of model '{model}'"
+    if not isinstance(region, str):
+        raise invalid_arg(f"{what}: 'shared_memory_region' must be a region name (a string)")
     if not isinstance(size, int) or not isinstance(offset, int):
         raise invalid_arg(f"{what}: shared memory input needs integer "
                           f"'shared_memory_byte_size' (and optional 'shared_memory_offset')")
@@ -155,6 +178,9 @@ def shm_output_target(model: str, name: str, params: dict) -> tuple[str, int, in
     region = params.get("shared_memory_region")
     if region is None:
         return None
+    if not isinstance(region, str):
+        raise invalid_arg(f"output '{name}' of model '{model}': 'shared_memory_region' must be "
+                          f"a region name (a string)")
     size = params.get("shared_memory_byte_size")
     offset = params.get("shared_memory_offset", 0)
     if not isinstance(size, int) or not isinstance(offset, int):

@@ -13,7 +13,7 @@ from tritonclient.grpc.model_config_pb2 import DataType, ModelConfig
 
 from naiad.datatypes import config_to_datatype
 from naiad.errors import InferenceServerError, invalid_arg
-from naiad.types import InferenceRequest
+from naiad.types import InferenceRequest, Tensor
 
 
 def format_shape(shape: tuple[int, ...] | list[int]) -> str:
@@ -33,7 +33,20 @@ class TensorSpec:
     def matches(self, shape: tuple[int, ...]) -> bool:
         if len(shape) != len(self.dims):
             return False
-        return all(want == -1 or want == got for want, got in zip(self.dims, shape, strict=False))
+        return all(want == -1 or want == got for want, got in zip(self.dims, shape, strict=True))
+
+    def reshaped(self, shape: tuple[int, ...]) -> tuple[int, ...]:
+        """The ``reshape`` target for a request shape (without the batch dimension). Its -1
+        dimensions take the sizes of the request's variable dimensions, in order, as in
+        Triton; with a different number of them, numpy infers a single -1."""
+        assert self.reshape is not None
+        if -1 not in self.reshape:
+            return self.reshape
+        sizes = iter(got for want, got in zip(self.dims, shape, strict=True) if want == -1)
+        variable = sum(1 for want in self.dims if want == -1)
+        if variable == self.reshape.count(-1):
+            return tuple(next(sizes) if d == -1 else d for d in self.reshape)
+        return self.reshape
 
 
 class ModelSignature:
@@ -81,14 +94,12 @@ class ModelSignature:
                 if not spec.matches(shape[1:]):
                     raise self._shape_error(name, spec, shape)
                 if spec.reshape is not None:
-                    tensor.shape = (batch, *spec.reshape)
-                    tensor.data = tensor.data.reshape(tensor.shape)
+                    self._reshape(tensor, spec, (batch, *spec.reshaped(shape[1:])))
             else:
                 if not spec.matches(shape):
                     raise self._shape_error(name, spec, shape)
                 if spec.reshape is not None:
-                    tensor.shape = spec.reshape
-                    tensor.data = tensor.data.reshape(spec.reshape)
+                    self._reshape(tensor, spec, spec.reshaped(shape))
         if len(inputs) < len(self.inputs):
             missing = [n for n in self.required if n not in inputs]
             if missing:
@@ -102,6 +113,16 @@ class ModelSignature:
                     raise invalid_arg(
                         f"unexpected inference output '{output.name}' for model '{self.name}': "
                         f"the model has outputs {_names(self.outputs)}")
+
+    def _reshape(self, tensor: Tensor, spec: TensorSpec, target: tuple[int, ...]) -> None:
+        try:
+            tensor.data = tensor.data.reshape(target)
+        except ValueError:
+            raise invalid_arg(
+                f"input '{tensor.name}' of model '{self.name}' with shape "
+                f"{format_shape(tensor.shape)} cannot take the configured reshape "
+                f"{format_shape(spec.reshape or ())}") from None
+        tensor.shape = tuple(tensor.data.shape)
 
     def _shape_error(self, name: str, spec: TensorSpec, shape: tuple[int, ...]
                      ) -> InferenceServerError:

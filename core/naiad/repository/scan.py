@@ -32,7 +32,9 @@ def available_versions(model_dir: Path) -> list[int]:
     Triton; a version 0 folder is ignored too)."""
     versions = []
     for entry in model_dir.iterdir():
-        if entry.is_dir() and entry.name.isdigit() and int(entry.name) > 0:
+        # isascii: str.isdigit() accepts digits such as '²' that int() refuses
+        if entry.is_dir() and entry.name.isascii() and entry.name.isdigit() \
+                and int(entry.name) > 0:
             versions.append(int(entry.name))
     return sorted(versions)
 

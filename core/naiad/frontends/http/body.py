@@ -29,6 +29,8 @@ async def read_body(receive: Receive, content_length: int | None, limit: int) ->
     if content_length is not None and content_length > limit:
         raise too_large(limit, f"the request body ({content_length} bytes)")
     message = await receive()
+    if message["type"] == "http.disconnect":
+        raise InferenceServerError("the client disconnected", Status.CANCELLED)
     body = message.get("body", b"")
     if not message.get("more_body", False):
         if len(body) > limit:
@@ -65,6 +67,8 @@ def decompress(body: bytes, encoding: str, limit: int) -> bytes:
         raise invalid_arg(f"the request body is not valid {encoding} data: {exc}") from None
     if len(out) > limit or decoder.unconsumed_tail:
         raise too_large(limit, f"the decompressed request body ({encoding})")
+    if not decoder.eof:
+        raise invalid_arg(f"the request body is truncated {encoding} data (no end of stream)")
     return out
 
 

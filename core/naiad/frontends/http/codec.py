@@ -97,6 +97,9 @@ def decode_request(model_name: str, version: int, body: bytes, header_length: in
                 raise invalid_arg(f"model '{model_name}': each entry of 'outputs' needs a "
                                   f"'name'")
             out_params = item.get("parameters") or {}
+            if not isinstance(out_params, dict):
+                raise invalid_arg(f"output '{item['name']}' of model '{model_name}': "
+                                  f"'parameters' must be an object")
             requested.append(RequestedOutput(item["name"], out_params))
     params = doc.get("parameters") or {}
     if not isinstance(params, dict):
