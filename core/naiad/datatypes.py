@@ -82,6 +82,11 @@ def deserialize_bytes(buffer: bytes | memoryview, count: int, what: str) -> np.n
     ``count`` length-prefixed elements.
     """
     view = memoryview(buffer)
+    if count > len(view) // 4:
+        # Checked before allocating: a tiny body must not make the server allocate a huge
+        # object array for a shape it cannot fill.
+        raise invalid_arg(f"{what}: {count} BYTES elements need at least {4 * count} bytes "
+                          f"(a 4-byte length prefix each), got {len(view)}")
     out = np.empty(count, dtype=object)
     offset, end = 0, len(view)
     for i in range(count):

@@ -50,7 +50,8 @@ class SharedMemoryRegistry:
                                   f"shared memory object name (like '/my_region')")
             path = os.path.join(SHM_ROOT, name_in_root)
             try:
-                fd = os.open(path, os.O_RDWR)
+                # O_NOFOLLOW as shm_open() does: a planted symlink must not map another file
+                fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW)
             except OSError as exc:
                 raise invalid_arg(f"unable to open shared memory region '{name}' with key "
                                   f"'{key}': {exc.strerror}") from None

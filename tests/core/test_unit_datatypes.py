@@ -97,11 +97,34 @@ def test_deserialize_bytes_rejects_more_elements_than_the_shape_has():
 
 
 def test_deserialize_bytes_rejects_a_truncated_length_prefix():
-    rejected(wire(b"a") + b"\x01\x00", 2, "ends after 1 of 2 elements", "4-byte length prefix")
+    rejected(wire(b"a") + b"\x01\x00", 2, "2 BYTES elements", "4-byte length prefix")
+    rejected(wire(b"a", b"b") + b"\x01\x00", 3, "ends after 2 of 3 elements",
+             "4-byte length prefix")
 
 
 def test_deserialize_bytes_rejects_too_few_elements():
-    rejected(wire(b"a"), 3, "ends after 1 of 3 elements")
+    rejected(wire(b"a"), 3, "3 BYTES elements need at least 12 bytes")
+    rejected(wire(b"abcdefgh"), 3, "ends after 1 of 3 elements")
+
+
+def test_deserialize_bytes_rejects_an_impossible_count_without_crashing():
+    # a shape of 2**62 BYTES elements with no data: too many elements for any buffer
+    rejected(b"", 2**62, "4-byte length prefix")
+
+
+def test_deserialize_bytes_does_not_allocate_for_elements_the_buffer_cannot_hold():
+    # A request may claim a huge BYTES shape in a tiny body: the element array must not be
+    # allocated before the buffer is known to hold that many 4-byte length prefixes.
+    import tracemalloc
+
+    tracemalloc.start()
+    try:
+        with pytest.raises(InferenceServerError):
+            deserialize_bytes(b"", 1_000_000, WHAT)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 1_000_000, f"{peak} bytes allocated for a 0-byte buffer"
 
 
 @pytest.mark.parametrize("name", [n for n in DataType.keys() if n != "TYPE_INVALID"])  # noqa: SIM118 (a protobuf enum wrapper)

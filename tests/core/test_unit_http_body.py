@@ -156,6 +156,26 @@ def test_truncated_stream_is_invalid_arg(encoding):
     assert info.value.status is Status.INVALID_ARG
 
 
+@pytest.mark.parametrize("encoding", ["gzip", "deflate"])
+def test_empty_body_is_not_a_compressed_stream(encoding):
+    with pytest.raises(InferenceServerError) as info:
+        decompress(b"", encoding, LIMIT)
+    assert info.value.status is Status.INVALID_ARG
+
+
+@pytest.mark.parametrize("encoding", ["gzip", "deflate"])
+def test_trailing_bytes_after_the_stream_are_invalid_arg(encoding):
+    with pytest.raises(InferenceServerError) as info:
+        decompress(compress(PAYLOAD, encoding) + b"garbage", encoding, LIMIT)
+    assert info.value.status is Status.INVALID_ARG
+
+
+def test_multi_member_gzip_is_decoded_whole():
+    packed = gzip.compress(PAYLOAD[:10]) + gzip.compress(PAYLOAD[10:])
+    assert gzip.decompress(packed) == PAYLOAD
+    assert decompress(packed, "gzip", LIMIT) == PAYLOAD
+
+
 @pytest.mark.parametrize("encoding", ["br", "compress", "zstd"])
 def test_unsupported_encoding_names_it(encoding):
     with pytest.raises(InferenceServerError) as info:

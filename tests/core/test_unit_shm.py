@@ -104,6 +104,25 @@ def test_register_refuses_a_key_that_escapes_dev_shm(registry, tmp_path):
     rejected(lambda: registry.register("evil", key, 0, 16), "'evil'")
 
 
+@pytest.mark.parametrize("key", ["", "/", "/a/b", "a/b", "/..", "..", ".", "/.",
+                                 "//naiad-unit-x"])
+def test_register_refuses_keys_that_are_not_object_names(registry, key):
+    message = rejected(lambda: registry.register("in0", key, 0, 4), "'in0'")
+    assert f"'{key}'" in message
+    assert registry.status() == []
+
+
+def test_register_refuses_a_symlink_in_dev_shm(registry, tmp_path):
+    target = tmp_path / "not-shared-memory"
+    target.write_bytes(b"\x00" * 16)
+    key = f"/naiad-unit-link-{uuid.uuid4().hex}"
+    os.symlink(target, "/dev/shm" + key)
+    try:
+        rejected(lambda: registry.register("link", key, 0, 16), "'link'")
+    finally:
+        os.unlink("/dev/shm" + key)
+
+
 def test_read_is_relative_to_the_region_offset(registry, shm_key):
     registry.register("in0", shm_key, 16, 8)
     assert registry.read("in0", 2, 3, "t") == bytes([18, 19, 20])

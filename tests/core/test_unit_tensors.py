@@ -97,6 +97,11 @@ def test_from_raw_bytes_reshapes_the_deserialized_elements():
     assert tensor.data.tolist() == [[b"a", b"bb"], [b"", b"d"]]
 
 
+def test_from_raw_bytes_with_a_shape_the_data_cannot_hold():
+    rejected(lambda: from_raw("tok", "T", "BYTES", (2**31, 2**31), b""),
+             "input 'T' of model 'tok'")
+
+
 def test_from_raw_bytes_with_bad_lengths_names_the_tensor():
     rejected(lambda: from_raw("tok", "T", "BYTES", (1,), b"\x09\x00\x00\x00abc"),
              "input 'T' of model 'tok'", "declares 9 bytes")
@@ -164,6 +169,23 @@ def test_from_list_rejects_mixed_nesting():
     ("UINT8", 256), ("UINT8", -1), ("INT8", 128), ("INT64", 2**63), ("UINT64", -1)])
 def test_from_list_out_of_range_integer_is_an_error(datatype, value):
     rejected(lambda: from_list("m", "X", datatype, (1,), [value]), f"datatype {datatype}")
+
+
+def test_from_list_integers_are_accepted_for_float_datatypes():
+    for datatype in ("FP16", "BF16", "FP32", "FP64"):
+        tensor = from_list("m", "X", datatype, (3,), [1, 2.5, -3])
+        assert tensor.data.tolist() == [1.0, 2.5, -3.0]
+
+
+def test_from_list_integer_too_large_for_a_float_is_an_error():
+    rejected(lambda: from_list("m", "X", "FP64", (1,), [10**400]), "datatype FP64")
+
+
+def test_from_list_full_uint64_and_int64_ranges():
+    values = [0, 2**63, 2**64 - 1]
+    assert from_list("m", "X", "UINT64", (3,), values).data.tolist() == values
+    values = [-(2**63), 0, 2**63 - 1]
+    assert from_list("m", "X", "INT64", (3,), values).data.tolist() == values
 
 
 def test_from_list_nan_into_integer_is_an_error():
@@ -367,6 +389,13 @@ def test_shm_output_target_gives_region_offset_and_size():
 def test_shm_output_target_needs_integer_size():
     rejected(lambda: shm_output_target("m", "Y", {"shared_memory_region": "out"}),
              "output 'Y' of model 'm'", "shared_memory_byte_size")
+
+
+@pytest.mark.parametrize("region", [["out"], 5, {"n": "out"}])
+def test_shm_output_target_needs_a_region_name_string(region):
+    rejected(lambda: shm_output_target("m", "Y", {"shared_memory_region": region,
+                                                   "shared_memory_byte_size": 4}),
+             "output 'Y' of model 'm'", "shared_memory_region")
 
 
 @pytest.fixture

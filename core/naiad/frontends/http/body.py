@@ -61,15 +61,28 @@ def decompress(body: bytes, encoding: str, limit: int) -> bytes:
         decoder = zlib.decompressobj()
     else:
         raise invalid_arg(f"unsupported Content-Encoding '{encoding}': use gzip or deflate")
+    parts: list[bytes] = []
+    size = 0
+    data = body
     try:
-        out = decoder.decompress(body, limit + 1)
+        while True:
+            out = decoder.decompress(data, limit + 1 - size)
+            size += len(out)
+            parts.append(out)
+            if size > limit or decoder.unconsumed_tail:
+                raise too_large(limit, f"the decompressed request body ({encoding})")
+            if not decoder.eof:
+                raise invalid_arg(f"the request body is truncated {encoding} data "
+                                  f"(no end of stream)")
+            data = decoder.unused_data
+            if not data:
+                return b"".join(parts)
+            if encoding == "deflate":
+                raise invalid_arg(f"the request body has {len(data)} bytes after the end of "
+                                  f"the deflate stream")
+            decoder = zlib.decompressobj(16 + zlib.MAX_WBITS)  # the next gzip member
     except zlib.error as exc:
         raise invalid_arg(f"the request body is not valid {encoding} data: {exc}") from None
-    if len(out) > limit or decoder.unconsumed_tail:
-        raise too_large(limit, f"the decompressed request body ({encoding})")
-    if not decoder.eof:
-        raise invalid_arg(f"the request body is truncated {encoding} data (no end of stream)")
-    return out
 
 
 def pick_encoding(accept: str) -> str | None:
