@@ -134,3 +134,68 @@ def test_exit_on_error_fails_startup(tmp_path):
     with pytest.raises(RuntimeError) as info, naiad_server("--model-repository", str(tmp_path)):
         pass
     assert "bad" in str(info.value)
+
+
+AUTO_COMPLETE_PY = """
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    @staticmethod
+    def auto_complete_config(auto_complete_model_config):
+        auto_complete_model_config.add_input(
+            {"name": "INPUT0", "data_type": "TYPE_FP32", "dims": [-1]})
+        auto_complete_model_config.add_output(
+            {"name": "OUTPUT0", "data_type": "TYPE_FP32", "dims": [-1]})
+        auto_complete_model_config.set_max_batch_size(4)
+        return auto_complete_model_config
+
+    def execute(self, requests):
+        return [pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor(
+            "OUTPUT0", pb_utils.get_input_tensor_by_name(r, "INPUT0").as_numpy() * 2)])
+            for r in requests]
+"""
+
+
+def test_model_without_config_is_auto_completed_and_logged(tmp_path):
+    write_model(tmp_path, "auto", None, AUTO_COMPLETE_PY)
+    with naiad_server("--model-repository", str(tmp_path)) as server, \
+            httpclient.InferenceServerClient(server.http_url) as client:
+        meta = client.get_model_metadata("auto")
+        assert meta["inputs"] == [{"name": "INPUT0", "datatype": "FP32", "shape": [-1, -1]}]
+        config = client.get_model_config("auto")
+        assert config["backend"] == "python" and config["max_batch_size"] == 4
+        tensor = httpclient.InferInput("INPUT0", [1, 2], "FP32")
+        tensor.set_data_from_numpy(np.array([[1, 2]], np.float32))
+        np.testing.assert_array_equal(client.infer("auto", [tensor]).as_numpy("OUTPUT0"),
+                                      [[2, 4]])
+        log = server.log()
+    assert "auto-completed fields:" in log
+    marked = log.split("auto-completed fields:", 1)[1].split(")", 1)[0]
+    for field in ("input", "output", "max_batch_size", "backend"):
+        assert field in marked
+
+
+def test_strict_model_config_refuses_a_missing_config(tmp_path):
+    write_model(tmp_path, "auto", None, AUTO_COMPLETE_PY)
+    write_model(tmp_path, "add_sub", ADD_SUB_CONFIG, ADD_SUB_PY)
+    with naiad_server("--model-repository", str(tmp_path), "--strict-model-config=true",
+                      "--exit-on-error=false", "--strict-readiness=false") as server, \
+            httpclient.InferenceServerClient(server.http_url) as client:
+        index = {m["name"]: m for m in client.get_model_repository_index()}
+        assert index["auto"]["state"] == "UNAVAILABLE"
+        assert "config.pbtxt" in index["auto"]["reason"]
+        assert client.is_model_ready("add_sub")
+
+
+def test_hypercorn_serves_the_same_protocol(repo):
+    with naiad_server("--model-repository", str(repo), "--http-server", "hypercorn") \
+            as server, httpclient.InferenceServerClient(server.http_url) as client:
+        a, b, inputs = add_sub_inputs()
+        result = client.infer("add_sub", inputs)
+        np.testing.assert_array_equal(result.as_numpy("OUTPUT1"), a - b)
+        with pytest.raises(InferenceServerException) as info:
+            client.infer("no_such_model", inputs)
+        assert info.value.status() == "404"
+        status, _, data = raw(server, "POST", "/v2/models/add_sub/infer", b"{bad")
+        assert status == 400 and b"not valid JSON" in data
