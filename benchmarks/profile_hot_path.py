@@ -129,6 +129,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--duration", type=float, default=10, help="seconds sampled per protocol")
     ap.add_argument("--rate", type=int, default=200, help="py-spy samples per second")
     ap.add_argument("--no-native", action="store_true", help="Python frames only")
+    ap.add_argument("--nonblocking", action="store_true",
+                    help="do not pause the server to sample (less overhead; needs --no-native)")
     ap.add_argument("--http-server", default="uvicorn", choices=["uvicorn", "hypercorn"])
     ap.add_argument("--http-encoding", choices=["json", "binary"], default="json")
     ap.add_argument("--naiad", default=po.default_naiad())
@@ -144,6 +146,8 @@ def main(argv: list[str] | None = None) -> int:
     if not Path(args.py_spy).exists():
         args.py_spy = shutil.which("py-spy") or ap.error("py-spy not found: pip install py-spy")
     args.models = [args.model]
+    if args.nonblocking and not args.no_native:
+        ap.error("--nonblocking needs --no-native (py-spy cannot unwind native frames then)")
 
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # stop the server on SIGTERM too
     work = Path(args.work or tempfile.mkdtemp(prefix="naiad-profile-"))
@@ -190,6 +194,8 @@ def main(argv: list[str] | None = None) -> int:
                    "--subprocesses", "-o", str(raw)]
             if not args.no_native:
                 cmd.append("--native")
+            if args.nonblocking:
+                cmd.append("--nonblocking")
             cpu0, t0 = run.cpu_seconds(), time.monotonic()
             p = subprocess.run(cmd, capture_output=True, text=True,
                                timeout=args.duration + 60)
@@ -205,8 +211,11 @@ def main(argv: list[str] | None = None) -> int:
             sections.append(report(proto, analyse(raw), cpu_us, rps, args.top))
     finally:
         run.stop()
+    mode = ("Python frames only" if args.no_native else "native + Python frames") + \
+        (", non-blocking sampling" if args.nonblocking else ", server paused per sample")
     text = (f"# naiad hot-path profile: {args.model}, c={args.concurrency}, "
-            f"--http-server {args.http_server}, HTTP body {args.http_encoding}\n\n"
+            f"--http-server {args.http_server}, HTTP body {args.http_encoding}; py-spy "
+            f"{mode} at {args.rate} Hz\n\n"
             + "\n\n".join(sections) + "\n")
     if args.out:
         Path(args.out).write_text(text)

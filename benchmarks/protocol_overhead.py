@@ -202,6 +202,21 @@ class Running:
         return ""
 
 
+def cpu_ticks(cpus: str) -> tuple[int, int]:
+    """(steal, total) jiffies of the server CPUs from /proc/stat: how much of the time the
+    hypervisor gave the VM's CPU to someone else (a noise gauge for shared machines)."""
+    wanted = {f"cpu{c.strip()}" for c in cpus.split(",") if c.strip()} if cpus else {"cpu"}
+    steal = total = 0
+    with contextlib.suppress(OSError), open("/proc/stat") as f:
+        for line in f:
+            parts = line.split()
+            if parts and parts[0] in wanted:
+                values = [int(v) for v in parts[1:]]
+                total += sum(values[:8])
+                steal += values[7] if len(values) > 7 else 0
+    return steal, total
+
+
 def http_get(port: int, path: str, timeout: float = 2.0) -> int:
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
     try:
@@ -306,6 +321,23 @@ def check_http(port: int, model: str, payload_dir: Path) -> tuple[bool, str]:
             notes.append(f"tritonclient.http-{'binary' if binary else 'json'}="
                          f"{'ok' if good else 'WRONG'}")
             ok_all &= good
+        # 4. compressed both ways (Content-Encoding / Accept-Encoding: gzip), a feature
+        # either HTTP server must keep intact
+        try:
+            ins = []
+            for n, a in payloads.inputs(model).items():
+                i = httpclient.InferInput(n, list(a.shape), "FP32")
+                i.set_data_from_numpy(a)
+                ins.append(i)
+            res = client.infer(model, ins, request_compression_algorithm="gzip",
+                               response_compression_algorithm="gzip")
+            good = payloads.matches({n: res.as_numpy(n) for n in payloads.expected(model)},
+                                    model)
+        except Exception as exc:
+            good = False
+            notes.append(repr(exc)[:200])
+        notes.append(f"tritonclient.http-gzip={'ok' if good else 'WRONG'}")
+        ok_all &= good
     finally:
         client.close()
     return ok_all, "; ".join(notes) + ("" if binary_ok else " (binary body not loadable)")
@@ -461,9 +493,12 @@ def measure_target(t: Target, args: argparse.Namespace, work: Path, repo: Path,
                 if args.warmup > 0:
                     load(8, args.warmup)
                 for conc in args.concurrency:
-                    cpu0 = run.cpu_seconds()
+                    cpu0, (steal0, total0) = run.cpu_seconds(), cpu_ticks(args.server_cpus)
                     r = load(conc, args.duration)
                     cpu = run.cpu_seconds() - cpu0
+                    steal1, total1 = cpu_ticks(args.server_cpus)
+                    if total1 > total0:
+                        r["steal_pct"] = 100.0 * (steal1 - steal0) / (total1 - total0)
                     if r.get("requests"):
                         r["cpu_us_per_req"] = cpu / r["requests"] * 1e6
                     row = dict(base, protocol=proto, model=model, concurrency=conc, **r)
@@ -488,7 +523,8 @@ def fmt_point(r: dict[str, Any]) -> str:
         return f"{r['target']} {r['protocol']} {r['model']} c={r['concurrency']}: {r['error']}"
     return (f"{r['target']:<22} {r['protocol']:<4} {r['model']:<8} c={r['concurrency']:<3} "
             f"{r['rps']:8.0f} req/s  p50 {r['p50_ms']:6.2f} ms  p99 {r['p99_ms']:6.2f} ms  "
-            f"errors {r['errors']}  cpu {r.get('cpu_us_per_req', float('nan')):.0f} us/req")
+            f"errors {r['errors']}  cpu {r.get('cpu_us_per_req', float('nan')):.0f} us/req  "
+            f"steal {r.get('steal_pct', float('nan')):.0f}%")
 
 
 # ------------------------------------------------------------------ report
@@ -513,14 +549,20 @@ def summarize(rows: list[dict[str, Any]], args: argparse.Namespace) -> list[dict
             s["errors"] = sum(r["errors"] for r in good)
             cpus = [r["cpu_us_per_req"] for r in good if "cpu_us_per_req" in r]
             s["cpu_us_per_req"] = statistics.median(cpus) if cpus else float("nan")
+            steals = [r["steal_pct"] for r in good if "steal_pct" in r]
+            s["steal_pct"] = max(steals) if steals else float("nan")
             if any("post_gate" in r for r in good):
                 s["post_gate"] = "FAILED"
         out.append(s)
-    floors = {(s["protocol"], s["model"], s["concurrency"]): s["rps"]
+    floors = {(s["protocol"], s["model"], s["concurrency"]): s
               for s in out if s["kind"] == "floor" and "rps" in s}
     for s in out:
         f = floors.get((s["protocol"], s["model"], s["concurrency"]))
-        s["vs_floor"] = s["rps"] / f if f and "rps" in s else None
+        s["vs_floor"] = s["rps"] / f["rps"] if f and "rps" in s else None
+        # the same ratio from CPU time per request: what req/s would be if both were bound
+        # by the server core alone (robust to steal and to an unsaturated core)
+        s["vs_floor_cpu"] = (f["cpu_us_per_req"] / s["cpu_us_per_req"]
+                             if f and "rps" in s and s["cpu_us_per_req"] > 0 else None)
     order = {t: i for i, t in enumerate(["floor-http", "floor-http-hypercorn", "floor-grpc",
                                          "naiad-uvicorn", "naiad-hypercorn"])}
     out.sort(key=lambda s: (s["protocol"] != "http", payloads.MODELS.index(s["model"]),
@@ -532,7 +574,7 @@ def markdown_table(summary: list[dict[str, Any]], rounds: int) -> str:
     rng = rounds > 1
     head = ["target", "protocol", "model", "concurrency", "req/s"] + \
         (["min-max"] if rng else []) + ["p50 ms", "p99 ms", "errors", "server CPU us/req",
-                                        "vs floor"]
+                                        "steal %", "vs floor", "vs floor (CPU)"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for s in summary:
         if "error" in s:
@@ -546,7 +588,9 @@ def markdown_table(summary: list[dict[str, Any]], rounds: int) -> str:
             cells += [f"{s['p50_ms']:.2f}", f"{s['p99_ms']:.2f}",
                       str(s["errors"]) + (" (post-gate FAILED)" if "post_gate" in s else ""),
                       f"{s['cpu_us_per_req']:.0f}",
-                      f"{s['vs_floor']:.2f}" if s["vs_floor"] is not None else "-"]
+                      "-" if s["steal_pct"] != s["steal_pct"] else f"{s['steal_pct']:.0f}",
+                      f"{s['vs_floor']:.2f}" if s["vs_floor"] is not None else "-",
+                      f"{s['vs_floor_cpu']:.2f}" if s.get("vs_floor_cpu") else "-"]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -612,7 +656,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--work", default="", help="scratch folder (default: a new temp folder)")
     ap.add_argument("--json-out", default="", help="write raw rows + summary here")
     ap.add_argument("--markdown-out", default="", help="write the table (markdown) here")
+    ap.add_argument("--render-json", default="",
+                    help="print the table of an earlier run's --json-out file, measure nothing")
     args = ap.parse_args(argv)
+    if args.render_json:
+        saved = json.loads(Path(args.render_json).read_text())
+        rounds = max((r.get("round", 1) for r in saved["rows"]), default=1)
+        print(markdown_table(summarize(saved["rows"], args), rounds))
+        return 0
     for p in args.protocols:
         if p not in ("http", "grpc"):
             ap.error(f"unknown protocol {p}")
