@@ -20,19 +20,11 @@ from naiad.frontends.grpc.codec import (
     stream_error,
     stream_response,
 )
-from naiad.shm import SharedMemoryRegistry
 from naiad.types import InferenceResponse, Tensor
 
 MODEL = "add_sub"
 Input = pb.ModelInferRequest.InferInputTensor
 Output = pb.ModelInferRequest.InferRequestedOutputTensor
-
-
-@pytest.fixture
-def registry():
-    reg = SharedMemoryRegistry()
-    yield reg
-    reg.unregister_all()
 
 
 @pytest.fixture

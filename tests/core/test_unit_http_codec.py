@@ -19,15 +19,6 @@ MODEL = "add_sub"
 
 
 @pytest.fixture
-def registry() -> Iterator[SharedMemoryRegistry]:
-    registry = SharedMemoryRegistry()
-    try:
-        yield registry
-    finally:
-        registry.unregister_all()
-
-
-@pytest.fixture
 def shm_key() -> Iterator[str]:
     key = f"/naiad-unit-codec-{uuid.uuid4().hex}"
     with open("/dev/shm" + key, "wb") as f:

@@ -7,9 +7,9 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
+from expect import rejected
 
-from naiad.errors import InferenceServerError, Status
-from naiad.shm import SharedMemoryRegistry
+from naiad.errors import Status
 
 SIZE = 64
 
@@ -24,24 +24,6 @@ def shm_key() -> Iterator[str]:
         yield key
     finally:
         os.unlink("/dev/shm" + key)
-
-
-@pytest.fixture
-def registry() -> Iterator[SharedMemoryRegistry]:
-    registry = SharedMemoryRegistry()
-    try:
-        yield registry
-    finally:
-        registry.unregister_all()
-
-
-def rejected(call, *fragments: str, status: Status = Status.INVALID_ARG) -> str:
-    with pytest.raises(InferenceServerError) as info:
-        call()
-    assert info.value.status is status
-    for fragment in fragments:
-        assert fragment in info.value.message, (fragment, info.value.message)
-    return info.value.message
 
 
 def test_register_and_status(registry, shm_key):

@@ -9,9 +9,9 @@ from collections.abc import Iterator
 import ml_dtypes
 import numpy as np
 import pytest
+from expect import rejected
 
 from naiad.datatypes import NUMPY_DTYPES, serialize_bytes
-from naiad.errors import InferenceServerError, Status
 from naiad.frontends.tensors import (
     check_header,
     from_list,
@@ -23,16 +23,6 @@ from naiad.frontends.tensors import (
 )
 from naiad.shm import SharedMemoryRegistry
 from naiad.types import Tensor
-
-
-def rejected(call, *fragments: str, status: Status = Status.INVALID_ARG) -> str:
-    with pytest.raises(InferenceServerError) as info:
-        call()
-    assert info.value.status is status
-    for fragment in fragments:
-        assert fragment in info.value.message, (fragment, info.value.message)
-    return info.value.message
-
 
 # --- check_header ---------------------------------------------------------------------------
 

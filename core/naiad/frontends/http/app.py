@@ -131,8 +131,9 @@ class HTTPFrontend:
             Route("/v2/models/{model}/versions/{version}/config", self.model_config),
             Route("/v2/models/{model}/stats", self.stats),
             Route("/v2/models/{model}/versions/{version}/stats", self.stats),
-            Route("/v2/models/{model}/infer", self.infer_fallback, methods=["POST"]),
-            Route("/v2/models/{model}/versions/{version}/infer", self.infer_fallback,
+            # POSTs never get here (__call__ takes them); other methods get Starlette's 405.
+            Route("/v2/models/{model}/infer", _unreachable, methods=["POST"]),
+            Route("/v2/models/{model}/versions/{version}/infer", _unreachable,
                   methods=["POST"]),
             Route("/v2/repository/index", self.repository_index, methods=["POST"]),
             Route("/v2/repository/models/{model}/load", self.load, methods=["POST"]),
@@ -191,12 +192,6 @@ class HTTPFrontend:
         except InferenceServerError as exc:
             return _error(exc)
         return _json({"model_stats": stats})
-
-    async def infer_fallback(self, request: Request) -> Response:
-        # Reached only for paths the fast matcher did not take (e.g. a trailing slash).
-        await self._infer(request.scope, request.receive, request._send,
-                          request.path_params["model"], request.path_params.get("version", ""))
-        return Response(status_code=204)  # pragma: no cover - the response was already sent
 
     async def _json_body(self, request: Request) -> dict:
         body = await read_body(request.receive, None, self.limit)
@@ -264,6 +259,10 @@ class HTTPFrontend:
     async def cuda_shm(self, request: Request) -> Response:
         return _error(InferenceServerError(
             "CUDA shared memory is not supported: this server has no GPU", Status.UNSUPPORTED))
+
+
+async def _unreachable(request: Request) -> Response:  # pragma: no cover
+    raise AssertionError("POST .../infer is answered by HTTPFrontend.__call__")
 
 
 async def _send(send: Any, status: int, body: bytes, json_length: int | None,
