@@ -27,6 +27,11 @@ class SchedulingContext:
 class Scheduler(abc.ABC):
     """Queues a model version's requests and dispatches them to its instance workers."""
 
+    #: True when requests may wait here long enough that a client who hangs up should take
+    #: its request out of the queue: the HTTP frontend then watches for the disconnect and
+    #: cancels the waiting ``infer`` (gRPC cancels it by itself on cancel or deadline).
+    holds_requests: bool = False
+
     @abc.abstractmethod
     async def infer(self, request: InferenceRequest) -> InferenceResponse:
         """Run one request and return its response (an error response is a response)."""

@@ -6,6 +6,7 @@ per-request cost decides throughput. Every other endpoint is an ordinary Starlet
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import Any
 
@@ -19,7 +20,9 @@ from starlette.routing import Route
 from naiad.errors import InferenceServerError, Status, http_status, invalid_arg
 from naiad.frontends.http.body import compress, decompress, pick_encoding, read_body
 from naiad.frontends.http.codec import HEADER_LENGTH, decode_request, encode_response, error_body
+from naiad.models.manager import ModelVersion
 from naiad.server import InferenceServer
+from naiad.types import InferenceRequest, InferenceResponse
 
 log = logging.getLogger("naiad.http")
 
@@ -40,6 +43,35 @@ async def _http_exception(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPException)
     return Response(error_body(exc.detail), exc.status_code, media_type="application/json",
                     headers=exc.headers)
+
+
+async def _infer_while_connected(server: InferenceServer, model: ModelVersion,
+                                 request: InferenceRequest, receive: Any
+                                 ) -> InferenceResponse | None:
+    """``server.infer``, cancelled if the client disconnects first (then None): a request
+    still queued is dropped and never executes."""
+    task = asyncio.current_task()
+    assert task is not None
+    gone = False
+
+    async def watch() -> None:
+        nonlocal gone
+        # The body is read: the next message is the disconnect (or the end of the exchange).
+        while (await receive())["type"] != "http.disconnect":
+            pass
+        gone = True
+        task.cancel()
+
+    watcher = asyncio.ensure_future(watch())
+    try:
+        return await server.infer(model, request)
+    except asyncio.CancelledError:
+        if gone:
+            task.uncancel()
+            return None
+        raise
+    finally:
+        watcher.cancel()
 
 
 def _split_infer_path(path: str) -> tuple[str, str] | None:
@@ -99,7 +131,12 @@ class HTTPFrontend:
                 header_length = int(header_length)
             request = decode_request(model_name, model.version, body, header_length,
                                      server.shared_memory)
-            response = await server.infer(model, request)
+            if model.scheduler.holds_requests:
+                response = await _infer_while_connected(server, model, request, receive)
+                if response is None:
+                    return  # the client hung up; there is nobody to answer
+            else:
+                response = await server.infer(model, request)
             payload, json_length = encode_response(request, response, model.version,
                                                    server.shared_memory)
         except InferenceServerError as exc:
