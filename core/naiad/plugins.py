@@ -39,6 +39,7 @@ ENTRY_POINT_GROUPS = {
 BUILTIN_PLUGINS = (
     "naiad.repository.local",
     "naiad.scheduling.default",
+    "naiad.scheduling.dynamic",
 )
 
 
