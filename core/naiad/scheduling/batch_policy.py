@@ -67,10 +67,10 @@ def cut_batch(queued: Sequence[Queued], max_batch_size: int, preferred: Collecti
         return Cut(best, 0, best_reason)
     if stopped:
         return Cut(count, 0, stopped)
+    if delay_expired:
+        return Cut(count, 0, "max_queue_delay_microseconds expired")
     if rows >= max_preferred:
         return Cut(count, 0, f"batch size {rows} reached {max_preferred}")
     if delay_ns == 0:
         return Cut(count, 0, "queue empty (no max_queue_delay_microseconds)")
-    if delay_expired:
-        return Cut(count, 0, "max_queue_delay_microseconds expired")
     return Cut(count, oldest + delay_ns, "")
