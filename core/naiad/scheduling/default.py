@@ -9,6 +9,7 @@ from tritonclient.grpc.model_config_pb2 import ModelConfig
 
 from naiad.hookspecs import hookimpl
 from naiad.scheduling.base import Scheduler, SchedulerFactory, SchedulingContext
+from naiad.scheduling.worker import InstanceWorker
 from naiad.types import InferenceRequest, InferenceResponse
 
 
@@ -23,7 +24,7 @@ def batch_size_of(request: InferenceRequest, batching: bool) -> int:
 
 class DefaultScheduler(Scheduler):
     """One request per execution (Triton's default scheduler). Requests queue on the
-    instance with the fewest pending jobs and run in arrival order on it."""
+    instance with the fewest unfinished jobs and run in arrival order on it."""
 
     def __init__(self, context: SchedulingContext) -> None:
         self.stats = context.stats
@@ -34,7 +35,7 @@ class DefaultScheduler(Scheduler):
 
     async def infer(self, request: InferenceRequest) -> InferenceResponse:
         workers = self.workers
-        worker = workers[0] if len(workers) == 1 else min(workers, key=_pending)
+        worker = workers[0] if len(workers) == 1 else min(workers, key=_busy)
         self._in_flight += 1
         try:
             execution = await worker.submit((request,))
@@ -62,8 +63,8 @@ class DefaultScheduler(Scheduler):
             await self._drained.wait()
 
 
-def _pending(worker: object) -> int:
-    return worker.pending  # type: ignore[attr-defined, no-any-return]
+def _busy(worker: InstanceWorker) -> int:
+    return worker.busy
 
 
 @hookimpl(trylast=True)

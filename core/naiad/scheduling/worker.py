@@ -68,9 +68,11 @@ class InstanceWorker:
         self.info = info
         self.model_name = model_name
         self.instance: ModelInstance | None = None
-        # Written by the loop thread only / by the worker thread only: pending = the gap.
+        # Written by the loop thread only / by the worker thread only: the gaps are what
+        # waits (pending) and what waits or runs (busy).
         self.submitted = 0
         self.started = 0
+        self.finished = 0
         self._jobs: queue.SimpleQueue[_Job | _Call | None] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._run, name=f"naiad-{info.name}",
                                         daemon=True)
@@ -80,6 +82,11 @@ class InstanceWorker:
     def pending(self) -> int:
         """Jobs submitted and not yet started."""
         return self.submitted - self.started
+
+    @property
+    def busy(self) -> int:
+        """Jobs submitted and not yet finished (the one running counts)."""
+        return self.submitted - self.finished
 
     def call(self, fn: Callable[..., Any], *args: Any) -> Future[Any]:
         """Run ``fn(*args)`` on the worker thread."""
@@ -134,10 +141,12 @@ class InstanceWorker:
                 continue
             self.started += 1
             if job.future.cancelled():
+                self.finished += 1
                 continue
             if not done:
                 first_done_ns = time.perf_counter_ns()
             done.append((job.future, self._execute(job.requests)))
+            self.finished += 1
         if done:
             self._deliver(done)
 
