@@ -40,6 +40,7 @@ BUILTIN_PLUGINS = (
     "naiad.repository.local",
     "naiad.scheduling.default",
     "naiad.scheduling.dynamic",
+    "naiad.scheduling.ensemble",
 )
 
 

@@ -89,6 +89,12 @@ class InferenceServer:
                  else self._explicit_startup_models())
         failed = []
         for name in names:
+            loaded = self.models.models.get(name)
+            if loaded is not None:  # already loaded (or failed) as a step of an ensemble
+                if not loaded.versions:
+                    failed.append(f"{name}: " + "; ".join(
+                        reason for _, reason in loaded.states.values() if reason))
+                continue
             try:
                 await self.models.load(name)
             except InferenceServerError as exc:

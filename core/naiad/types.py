@@ -54,6 +54,9 @@ class InferenceRequest:
     parameters: dict[str, Any] = field(default_factory=dict)
     # Filled by the core: when the request entered the server (time.perf_counter_ns()).
     arrival_ns: int = 0
+    # Filled by the scheduler that ran it: nanoseconds spent queued, in compute input, infer
+    # and output (an ensemble adds up its steps' durations, as Triton reports them).
+    durations: tuple[int, int, int, int] | None = None
 
 
 @dataclass(slots=True)

@@ -16,7 +16,7 @@ from tritonclient.grpc.model_config_pb2 import ModelConfig
 
 from naiad.config.defaults import fill_defaults
 from naiad.config.parse import load_config_file
-from naiad.config.platforms import resolve_backend
+from naiad.config.platforms import ENSEMBLE, resolve_backend
 from naiad.config.render import config_to_json
 from naiad.config.validate import validate_config
 from naiad.errors import InferenceServerError, Status, invalid_arg, not_found, unavailable
@@ -78,6 +78,8 @@ class ModelManager:
         self.options = options
         self.models: dict[str, ModelRecord] = {}
         self._locks: dict[str, asyncio.Lock] = {}
+        # models being loaded right now (an ensemble loads its steps' models first)
+        self._loading: set[str] = set()
 
     # --- the request path ---------------------------------------------------------------
 
@@ -163,50 +165,72 @@ class ModelManager:
         Raises an error naming the model when the load fails (the record keeps the reason)."""
         lock = self._locks.setdefault(name, asyncio.Lock())
         async with lock:
-            folders = self.discover()
-            path = folders.get(name)
-            if path is None:
-                record = self.models.get(name)
-                if record is not None and record.states.get(None, ("",))[0] == UNAVAILABLE:
-                    raise unavailable(record.states[None][1])
-                raise not_found(f"failed to load '{name}': no model folder named '{name}' in "
-                                f"{', '.join(map(str, self.repositories))}")
-            old = self.models.get(name)
-            record = ModelRecord(name, path)
+            self._loading.add(name)
             try:
-                config, filled = await asyncio.to_thread(self._configure, name, path,
-                                                         config_override)
-                versions = model_config_versions(name, path, config)
-            except InferenceServerError as exc:
-                record.states[None] = (UNAVAILABLE, exc.message)
-                self._install(name, record, old)
-                log.error("failed to load model '%s': %s", name, exc.message)
-                raise
-            config_json = config_to_json(config)
-            log.info("model '%s' configuration%s:\n%s", name,
-                     f" (auto-completed fields: {', '.join(filled)})" if filled else "",
-                     json_format.MessageToJson(config, preserving_proto_field_name=True))
-            errors = []
-            for version in versions:
-                record.states[version] = (LOADING, "")
-                try:
-                    loaded = await self._load_version(name, version, path, config, config_json)
-                except InferenceServerError as exc:
-                    record.states[version] = (UNAVAILABLE, exc.message)
-                    errors.append(exc)
-                    log.error("failed to load model '%s' version %d: %s", name, version,
-                              exc.message)
-                    continue
-                record.versions[version] = loaded
-                record.states[version] = (READY, "")
-                log.info("loaded model '%s' version %d", name, version)
-            if record.versions:
-                record.latest = record.versions[max(record.versions)]
+                await self._load_locked(name, config_override)
+            finally:
+                self._loading.discard(name)
+
+    async def _load_locked(self, name: str, config_override: str | None) -> None:
+        folders = self.discover()
+        path = folders.get(name)
+        if path is None:
+            record = self.models.get(name)
+            if record is not None and record.states.get(None, ("",))[0] == UNAVAILABLE:
+                raise unavailable(record.states[None][1])
+            raise not_found(f"failed to load '{name}': no model folder named '{name}' in "
+                            f"{', '.join(map(str, self.repositories))}")
+        old = self.models.get(name)
+        record = ModelRecord(name, path)
+        try:
+            config, filled = await asyncio.to_thread(self._configure, name, path,
+                                                     config_override)
+            versions = model_config_versions(name, path, config)
+        except InferenceServerError as exc:
+            record.states[None] = (UNAVAILABLE, exc.message)
             self._install(name, record, old)
-            if old is not None:
-                await self._retire(old, keep=record)
-            if errors:
-                raise errors[0]
+            log.error("failed to load model '%s': %s", name, exc.message)
+            raise
+        if config.platform == ENSEMBLE:
+            await self._load_steps(config)
+        config_json = config_to_json(config)
+        log.info("model '%s' configuration%s:\n%s", name,
+                 f" (auto-completed fields: {', '.join(filled)})" if filled else "",
+                 json_format.MessageToJson(config, preserving_proto_field_name=True))
+        errors = []
+        for version in versions:
+            record.states[version] = (LOADING, "")
+            try:
+                loaded = await self._load_version(name, version, path, config, config_json)
+            except InferenceServerError as exc:
+                record.states[version] = (UNAVAILABLE, exc.message)
+                errors.append(exc)
+                log.error("failed to load model '%s' version %d: %s", name, version,
+                          exc.message)
+                continue
+            record.versions[version] = loaded
+            record.states[version] = (READY, "")
+            log.info("loaded model '%s' version %d", name, version)
+        if record.versions:
+            record.latest = record.versions[max(record.versions)]
+        self._install(name, record, old)
+        if old is not None:
+            await self._retire(old, keep=record)
+        if errors:
+            raise errors[0]
+
+    async def _load_steps(self, config: ModelConfig) -> None:
+        """Load the models an ensemble's steps call that are not loaded yet, as Triton does
+        (in explicit mode loading an ensemble loads its composing models)."""
+        for step_model in dict.fromkeys(step.model_name
+                                        for step in config.ensemble_scheduling.step):
+            record = self.models.get(step_model)
+            if (record is not None and record.versions) or step_model in self._loading:
+                continue
+            try:
+                await self.load(step_model)
+            except InferenceServerError:
+                pass  # the ensemble's own check names the step that cannot be served
 
     def _install(self, name: str, record: ModelRecord, old: ModelRecord | None) -> None:
         # Keep serving old versions that failed to reload (Triton keeps the previous
@@ -269,8 +293,10 @@ class ModelManager:
         if not config.name:
             config.name = name
         backend_name = resolve_backend(config, name, path)
-        if backend_name == "ensemble":
-            raise unavailable(f"model '{name}': ensemble models are not supported yet")
+        if backend_name == ENSEMBLE:
+            fill_defaults(config, name)
+            validate_config(config, name)
+            return config, sorted({f.name for f, _ in config.ListFields()} - before)
         backend = self.plugins.backend(backend_name,
                                        options.backend_config.get(backend_name, {}))
         if not options.strict_model_config and not options.disable_auto_complete_config:
@@ -288,13 +314,16 @@ class ModelManager:
 
     async def _load_version(self, name: str, version: int, path: Path, config: ModelConfig,
                             config_json: dict) -> ModelVersion:
-        backend = self.plugins.backend(config.backend,
-                                       self.options.backend_config.get(config.backend, {}))
-        instances = expand_instance_groups(name, config)
         stats = ModelStats(name, version)
-        workers = await load_version(backend, name, version, path, config, instances,
-                                     self.options.backend_config.get(config.backend, {}))
-        context = SchedulingContext(name, version, config, workers, stats)
+        if config.platform == ENSEMBLE:
+            workers = []  # an ensemble's steps run on their own models' instances
+        else:
+            backend_config = self.options.backend_config.get(config.backend, {})
+            backend = self.plugins.backend(config.backend, backend_config)
+            instances = expand_instance_groups(name, config)
+            workers = await load_version(backend, name, version, path, config, instances,
+                                         backend_config)
+        context = SchedulingContext(name, version, config, workers, stats, models=self.get)
         try:
             factory = self.plugins.scheduler(config)
             scheduler = factory(context)

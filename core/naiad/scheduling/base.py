@@ -5,12 +5,20 @@ from __future__ import annotations
 import abc
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
 from naiad.scheduling.worker import InstanceWorker
 from naiad.stats import ModelStats
 from naiad.types import InferenceRequest, InferenceResponse
+
+if TYPE_CHECKING:
+    from naiad.models.manager import ModelVersion
+
+ModelLookup = Callable[[str, str], "ModelVersion"]
+"""``lookup(name, version)``: the serving version of another model ("" = the latest ready);
+raises :class:`naiad.errors.InferenceServerError` when there is none."""
 
 
 @dataclass(slots=True)
@@ -22,6 +30,8 @@ class SchedulingContext:
     config: ModelConfig
     workers: list[InstanceWorker]
     stats: ModelStats
+    #: other models of the server, for schedulers that call them (ensembles)
+    models: ModelLookup | None = None
 
 
 class Scheduler(abc.ABC):

@@ -48,6 +48,7 @@ class DefaultScheduler(Scheduler):
             self.stats.record_execution(batch, 0, end - start, done - end)
             self.stats.record_request(not execution.failed, batch, done - arrival, queued, 0,
                                       end - start, done - end)
+            request.durations = (queued, 0, end - start, done - end)
             return execution.responses[0]
         finally:
             self._in_flight -= 1

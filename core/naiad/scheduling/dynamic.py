@@ -179,8 +179,10 @@ class DynamicBatcher(Scheduler):
         ok = not execution.failed
         for item, response in zip(batch, execution.responses, strict=True):
             arrival = item.request.arrival_ns
-            self.stats.record_request(ok, item.rows, finished - arrival,
-                                      max(start - arrival, 0), 0, end - start, finished - end)
+            queued = max(start - arrival, 0)
+            self.stats.record_request(ok, item.rows, finished - arrival, queued, 0,
+                                      end - start, finished - end)
+            item.request.durations = (queued, 0, end - start, finished - end)
             self._answer(item, response)
         if self.queues.count:
             self._dispatch()

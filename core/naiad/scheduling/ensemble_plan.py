@@ -1,0 +1,162 @@
+"""An ensemble's steps as a dependency graph, checked once when the ensemble loads.
+
+``ensemble_scheduling.step`` names, for each step, a model and two maps: ``input_map`` from the
+step model's input names to ensemble tensor names, and ``output_map`` from its output names to
+ensemble tensor names. Ensemble tensors are the ensemble's own inputs plus whatever a step
+produces. The plan works out which step waits for which (a step runs as soon as every tensor it
+reads exists), and refuses, with the reason, an ensemble whose steps read a tensor nobody
+produces, produce one tensor twice, form a cycle, or leave an ensemble output unproduced.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from tritonclient.grpc.model_config_pb2 import ModelConfig
+
+from naiad.errors import InferenceServerError, unavailable
+from naiad.models.signature import ModelSignature
+
+# (model name, version or "" for the latest) -> the serving model's signature, or an error.
+SignatureLookup = Callable[[str, str], ModelSignature]
+
+
+@dataclass(slots=True, frozen=True)
+class EnsembleStep:
+    """One step: which model it calls and how ensemble tensors map onto its inputs/outputs."""
+
+    index: int
+    model_name: str
+    model_version: str  # "" means the latest ready version (model_version -1)
+    # step model input name -> ensemble tensor name
+    inputs: tuple[tuple[str, str], ...]
+    # step model output name -> ensemble tensor name
+    outputs: tuple[tuple[str, str], ...]
+    # indices of the steps whose outputs this step reads
+    after: tuple[int, ...]
+
+    def describe(self) -> str:
+        return f"step {self.index} (model '{self.model_name}')"
+
+
+@dataclass(slots=True, frozen=True)
+class EnsemblePlan:
+    """The steps of one ensemble, in an order where every step comes after its producers."""
+
+    name: str
+    steps: tuple[EnsembleStep, ...]
+    # ensemble output name -> the step that produces it
+    output_producers: dict[str, int]
+
+
+def build_plan(config: ModelConfig) -> EnsemblePlan:
+    """Check the ensemble's steps form a graph that can run, and order them.
+
+    Raises UNAVAILABLE with the reason when they cannot (the model then fails to load).
+    """
+    name = config.name
+    ensemble_inputs = {t.name for t in config.input}
+    producer: dict[str, int] = {tensor: -1 for tensor in ensemble_inputs}
+    for index, step in enumerate(config.ensemble_scheduling.step):
+        for model_output, tensor in step.output_map.items():
+            if tensor in ensemble_inputs:
+                raise _problem(name, f"step {index} (model '{step.model_name}') writes its "
+                                     f"output '{model_output}' to '{tensor}', which is an "
+                                     f"input of the ensemble")
+            if tensor in producer:
+                raise _problem(name, f"tensor '{tensor}' is produced by both step "
+                                     f"{producer[tensor]} and step {index}")
+            producer[tensor] = index
+    steps = []
+    for index, step in enumerate(config.ensemble_scheduling.step):
+        after = set()
+        for model_input, tensor in step.input_map.items():
+            if tensor not in producer:
+                raise _problem(name, f"step {index} (model '{step.model_name}') reads "
+                                     f"'{tensor}' for its input '{model_input}', but no step "
+                                     f"produces it and it is not an ensemble input")
+            if producer[tensor] >= 0:
+                after.add(producer[tensor])
+        version = "" if step.model_version < 0 else str(step.model_version)
+        steps.append(EnsembleStep(index, step.model_name, version,
+                                  tuple(sorted(step.input_map.items())),
+                                  tuple(sorted(step.output_map.items())),
+                                  tuple(sorted(after))))
+    ordered = _topological_order(name, steps)
+    outputs: dict[str, int] = {}
+    for output in config.output:
+        where = producer.get(output.name)
+        if where is None or where < 0:
+            raise _problem(name, f"no step produces the ensemble output '{output.name}'")
+        outputs[output.name] = where
+    consumed = {tensor for step in steps for _, tensor in step.inputs}
+    unused = sorted(ensemble_inputs - consumed)
+    if unused:
+        raise _problem(name, f"ensemble input(s) {', '.join(repr(u) for u in unused)} are "
+                             f"not read by any step")
+    return EnsemblePlan(name, tuple(ordered), outputs)
+
+
+def check_steps(plan: EnsemblePlan, config: ModelConfig, lookup: SignatureLookup) -> None:
+    """Check every step against the model that serves it now: the model is ready, the maps
+    name its real inputs and outputs, and datatypes agree along every edge."""
+    name = plan.name
+    ensemble = ModelSignature(name, config)
+    signature_of: dict[int, ModelSignature] = {}
+    for step in plan.steps:
+        try:
+            signature = lookup(step.model_name, step.model_version)
+        except InferenceServerError as exc:
+            raise _problem(name, f"{step.describe()} cannot be served: {exc.message}") from None
+        signature_of[step.index] = signature
+    produced_types = {tensor: spec.datatype for tensor, spec in ensemble.inputs.items()}
+    for step in plan.steps:
+        signature = signature_of[step.index]
+        for model_input, tensor in step.inputs:
+            spec = signature.inputs.get(model_input)
+            if spec is None:
+                raise _problem(name, f"{step.describe()} maps '{tensor}' to input "
+                                     f"'{model_input}', which the model does not have (it has "
+                                     f"{_names(signature.inputs)})")
+            have = produced_types[tensor]
+            if have != spec.datatype:
+                raise _problem(name, f"{step.describe()} input '{model_input}' is "
+                                     f"{spec.datatype}, but the ensemble tensor '{tensor}' "
+                                     f"it reads is {have}")
+        for model_output, tensor in step.outputs:
+            spec = signature.outputs.get(model_output)
+            if spec is None:
+                raise _problem(name, f"{step.describe()} maps output '{model_output}', which "
+                                     f"the model does not have (it has "
+                                     f"{_names(signature.outputs)})")
+            produced_types[tensor] = spec.datatype
+    for output, spec in ensemble.outputs.items():
+        if produced_types[output] != spec.datatype:
+            raise _problem(name, f"ensemble output '{output}' is {spec.datatype}, but step "
+                                 f"{plan.output_producers[output]} produces "
+                                 f"{produced_types[output]}")
+
+
+def _topological_order(name: str, steps: list[EnsembleStep]) -> list[EnsembleStep]:
+    remaining = {step.index: set(step.after) for step in steps}
+    ordered: list[EnsembleStep] = []
+    while remaining:
+        ready = sorted(i for i, deps in remaining.items() if not deps)
+        if not ready:
+            cycle = ", ".join(str(i) for i in sorted(remaining))
+            raise _problem(name, f"steps {cycle} wait on each other's outputs (a cycle)")
+        for index in ready:
+            del remaining[index]
+            ordered.append(steps[index])
+        for deps in remaining.values():
+            deps.difference_update(ready)
+    return ordered
+
+
+def _problem(name: str, reason: str) -> InferenceServerError:
+    return unavailable(f"ensemble '{name}': {reason}")
+
+
+def _names(names: object) -> str:
+    return ", ".join(f"'{n}'" for n in names) or "none"  # type: ignore[attr-defined]
