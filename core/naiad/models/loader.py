@@ -1,4 +1,5 @@
-"""Creating a model version's instances, each on its own worker thread."""
+"""Creating a model version's instances, each on its own worker thread, and warming them
+up before the version serves."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from pathlib import Path
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
 from naiad.errors import InferenceServerError, Status
+from naiad.models.warmup import run_warmup, warmup_samples
 from naiad.scheduling.worker import InstanceWorker
 from naiad.types import Backend, InstanceInfo, ModelContext
 
@@ -27,13 +29,21 @@ async def load_version(backend: Backend, name: str, version: int, path: Path,
         repository=path.parent,
         backend_config=backend_config,
     )
+    samples = warmup_samples(name, version, config, path)
     workers = [InstanceWorker(info, name) for info in instances]
     results = await asyncio.gather(
         *(w.load(functools.partial(backend.create_instance, context, w.info)) for w in workers),
         return_exceptions=True,
     )
-    failure = next(((w.info, r) for w, r in zip(workers, results, strict=True)
-                    if isinstance(r, BaseException)), None)
+    failure = _first_failure(workers, results)
+    if failure is None and samples:
+        # Every instance warms up on its own thread before the version serves.
+        results = await asyncio.gather(
+            *(asyncio.wrap_future(w.call(run_warmup, w.instance, samples, name))
+              for w in workers),
+            return_exceptions=True,
+        )
+        failure = _first_failure(workers, results)
     if failure is None:
         return workers
     await stop_workers(workers)
@@ -43,6 +53,12 @@ async def load_version(backend: Backend, name: str, version: int, path: Path,
     raise InferenceServerError(
         f"model '{name}' version {version} instance '{info.name}' failed to load: "
         f"{type(exc).__name__}: {exc}", Status.UNAVAILABLE)
+
+
+def _first_failure(workers: list[InstanceWorker], results: list[object]
+                   ) -> tuple[InstanceInfo, BaseException] | None:
+    return next(((w.info, r) for w, r in zip(workers, results, strict=True)
+                 if isinstance(r, BaseException)), None)
 
 
 async def stop_workers(workers: list[InstanceWorker]) -> None:
