@@ -41,6 +41,7 @@ BUILTIN_PLUGINS = (
     "naiad.scheduling.default",
     "naiad.scheduling.dynamic",
     "naiad.scheduling.ensemble",
+    "naiad.scheduling.sequence",
 )
 
 

@@ -323,7 +323,8 @@ class ModelManager:
             instances = expand_instance_groups(name, config)
             workers = await load_version(backend, name, version, path, config, instances,
                                          backend_config)
-        context = SchedulingContext(name, version, config, workers, stats, models=self.get)
+        context = SchedulingContext(name, version, config, workers, stats, models=self.get,
+                                    model_dir=path)
         try:
             factory = self.plugins.scheduler(config)
             scheduler = factory(context)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import abc
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tritonclient.grpc.model_config_pb2 import ModelConfig
@@ -32,6 +33,8 @@ class SchedulingContext:
     stats: ModelStats
     #: other models of the server, for schedulers that call them (ensembles)
     models: ModelLookup | None = None
+    #: the model's folder (``<repository>/<model>``), for files a scheduler reads
+    model_dir: Path | None = None
 
 
 class Scheduler(abc.ABC):

@@ -1,0 +1,300 @@
+"""The sequence batcher (``sequence_batching``) for stateful models, Triton's semantics.
+
+Every request names its sequence with the ``sequence_id`` parameter (the correlation ID) and
+marks the first and last request with ``sequence_start`` / ``sequence_end``. A sequence is
+pinned to one instance for its whole life, so state the model keeps per sequence stays in one
+place, and its requests run one at a time, in order. One execution takes the next request of
+up to ``max_batch_size`` sequences of that instance:
+
+- **direct**: each instance has ``max_batch_size`` slots (one for a model that does not
+  batch); a sequence holds a slot until it ends and the batch lists the slots in order.
+  A new sequence with every slot taken waits in the backlog for a free one.
+- **oldest**: each instance keeps up to ``max_candidate_sequences`` sequences and batches the
+  oldest waiting requests among them (``preferred_batch_size``).
+
+Either strategy may wait up to ``max_queue_delay_microseconds`` for a fuller batch. The
+control tensors and implicit state (``sequence_controls.py``) are added to each request. A
+sequence with no request for ``max_sequence_idle_microseconds`` is released, and so is its
+slot; a later request without START is then refused.
+
+Differences from Triton: a direct batch has no empty slots ("null requests" with READY
+false): only sequences that have a request waiting are in it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import dataclasses
+import logging
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+from tritonclient.grpc.model_config_pb2 import ModelConfig
+
+from naiad.errors import invalid_arg
+from naiad.hookspecs import hookimpl
+from naiad.scheduling.base import Scheduler, SchedulerFactory, SchedulingContext
+from naiad.scheduling.default import batch_size_of
+from naiad.scheduling.sequence_controls import SequenceControls, SequenceId
+from naiad.scheduling.worker import Execution, InstanceWorker
+from naiad.types import InferenceRequest, InferenceResponse, RequestedOutput
+
+log = logging.getLogger("naiad.scheduling.sequence")
+
+NS_PER_US = 1000
+
+
+@dataclass(slots=True, eq=False)
+class _Waiting:
+    request: InferenceRequest
+    future: asyncio.Future[InferenceResponse]
+    start: bool
+    end: bool
+
+
+@dataclass(slots=True, eq=False)
+class _Sequence:
+    id: SequenceId
+    pending: collections.deque[_Waiting] = field(default_factory=collections.deque)
+    lane: _Lane | None = None  # None while in the backlog
+    slot: int = -1  # direct strategy only
+    state: dict[str, np.ndarray] = field(default_factory=dict)
+    last_seen_ns: int = 0
+    running: bool = False
+
+
+@dataclass(slots=True, eq=False)
+class _Lane:
+    """One instance and the sequences pinned to it."""
+
+    worker: InstanceWorker
+    capacity: int
+    sequences: list[_Sequence] = field(default_factory=list)
+    executing: bool = False
+    timer: asyncio.TimerHandle | None = None
+
+
+class SequenceBatcher(Scheduler):
+    """Routes each sequence to one instance and batches across sequences."""
+
+    holds_requests = True
+
+    def __init__(self, context: SchedulingContext) -> None:
+        config = context.config
+        sequence = config.sequence_batching
+        self.name = context.name
+        self.stats = context.stats
+        self.batching = config.max_batch_size > 0
+        self.max_batch_size = max(config.max_batch_size, 1)
+        self.controls = SequenceControls(context.name, config, context.model_dir)
+        self.oldest = sequence.HasField("oldest")
+        if self.oldest:
+            strategy = sequence.oldest
+            capacity = max(strategy.max_candidate_sequences, 1)
+            preferred = [s for s in strategy.preferred_batch_size if s <= self.max_batch_size]
+            self.target = max(preferred, default=self.max_batch_size)
+        else:
+            strategy = sequence.direct  # type: ignore[assignment]
+            capacity = self.max_batch_size
+            self.target = self.max_batch_size
+        self.delay_ns = strategy.max_queue_delay_microseconds * NS_PER_US
+        self.idle_ns = sequence.max_sequence_idle_microseconds * NS_PER_US
+        self.lanes = [_Lane(worker, capacity) for worker in context.workers]
+        self.live: dict[SequenceId, _Sequence] = {}
+        self.backlog: collections.deque[_Sequence] = collections.deque()
+        self.output_names = [output.name for output in config.output]
+        self._reaper: asyncio.TimerHandle | None = None
+        self._drained: asyncio.Event | None = None
+
+    # --- the request side ---------------------------------------------------------------
+
+    async def infer(self, request: InferenceRequest) -> InferenceResponse:
+        params = request.parameters
+        sequence_id = self.controls.sequence_id(params)
+        start = bool(params.get("sequence_start", False))
+        end = bool(params.get("sequence_end", False))
+        sequence = self.live.get(sequence_id)
+        if sequence is None:
+            if not start:
+                raise invalid_arg(
+                    f"inference request for sequence {sequence_id!r} to model '{self.name}' "
+                    f"must specify the START flag on the first request of the sequence (the "
+                    f"sequence is not active: never started, ended, or idle longer than "
+                    f"{self.idle_ns // 1_000_000} ms)")
+            sequence = self.live[sequence_id] = _Sequence(sequence_id)
+            self._assign(sequence)
+        waiting = _Waiting(request, asyncio.get_running_loop().create_future(), start, end)
+        sequence.pending.append(waiting)
+        sequence.last_seen_ns = time.perf_counter_ns()
+        self._arm_reaper()
+        if sequence.lane is not None:
+            self._pump(sequence.lane)
+        try:
+            return await waiting.future
+        except asyncio.CancelledError:
+            # The client went away: a request still waiting is dropped and never runs.
+            if waiting in sequence.pending:
+                sequence.pending.remove(waiting)
+            raise
+
+    def pending(self) -> int:
+        return sum(len(s.pending) for s in self.live.values())
+
+    async def drain(self) -> None:
+        while any(s.pending or s.running for s in self.live.values()):
+            self._drained = asyncio.Event()
+            await self._drained.wait()
+
+    # --- sequences and lanes ------------------------------------------------------------
+
+    def _assign(self, sequence: _Sequence) -> None:
+        """Pin a new sequence to the instance with the most room, or put it in the backlog."""
+        lane = max(self.lanes, key=lambda lane: lane.capacity - len(lane.sequences))
+        if len(lane.sequences) >= lane.capacity:
+            self.backlog.append(sequence)
+            return
+        used = {s.slot for s in lane.sequences}
+        sequence.slot = next(i for i in range(lane.capacity) if i not in used)
+        sequence.lane = lane
+        sequence.state = self.controls.initial_state()
+        lane.sequences.append(sequence)
+        lane.sequences.sort(key=lambda s: s.slot)
+
+    def _release(self, sequence: _Sequence) -> None:
+        """End a sequence: free its slot and give it to the oldest backlogged sequence."""
+        if self.live.get(sequence.id) is sequence:
+            del self.live[sequence.id]
+        lane = sequence.lane
+        if lane is None:
+            if sequence in self.backlog:
+                self.backlog.remove(sequence)
+            return
+        lane.sequences.remove(sequence)
+        sequence.lane = None
+        while self.backlog and len(lane.sequences) < lane.capacity:
+            waiting = self.backlog.popleft()
+            self._assign(waiting)
+        self._pump(lane)
+
+    # --- batches ------------------------------------------------------------------------
+
+    def _pump(self, lane: _Lane, delay_expired: bool = False) -> None:
+        """Send the lane's next batch if it is idle and a batch is due."""
+        if lane.executing:
+            return
+        heads = [s for s in lane.sequences if s.pending]
+        if not heads:
+            self._wake_drain()
+            return
+        if self.oldest:
+            heads.sort(key=lambda s: s.pending[0].request.arrival_ns)
+        # Requests share a batch only when their inputs agree past the batch dimension.
+        first = _shape_key(heads[0].pending[0].request)
+        heads = [s for s in heads if _shape_key(s.pending[0].request) == first]
+        heads = heads[:self.max_batch_size]
+        if self.delay_ns and len(heads) < self.target and not delay_expired:
+            due = min(s.pending[0].request.arrival_ns for s in heads) + self.delay_ns
+            now = time.perf_counter_ns()
+            if now < due:
+                if lane.timer is None:
+                    lane.timer = asyncio.get_running_loop().call_later(
+                        (due - now) / 1e9, self._delay_expired, lane)
+                return
+        if lane.timer is not None:
+            lane.timer.cancel()
+            lane.timer = None
+        batch = [s.pending.popleft() for s in heads]
+        for sequence in heads:
+            sequence.running = True
+        lane.executing = True
+        future = lane.worker.submit([self._prepared(s, w) for s, w in zip(heads, batch,
+                                                                          strict=True)])
+        future.add_done_callback(lambda done: self._finished(lane, heads, batch, done))
+
+    def _delay_expired(self, lane: _Lane) -> None:
+        lane.timer = None
+        # Dispatch what is there: the oldest request has waited long enough.
+        self._pump(lane, delay_expired=True)
+
+    def _prepared(self, sequence: _Sequence, waiting: _Waiting) -> InferenceRequest:
+        """The request the model sees: the client's inputs plus controls and state."""
+        request = waiting.request
+        if waiting.start:
+            sequence.state = self.controls.initial_state()  # a START restarts the state
+        inputs = dict(request.inputs)
+        inputs.update(self.controls.control_inputs(sequence.id, waiting.start, waiting.end))
+        if self.controls.states:
+            inputs.update(self.controls.state_inputs(sequence.state))
+            wanted = ([o.name for o in request.requested_outputs]
+                      if request.requested_outputs is not None else self.output_names)
+            requested = [RequestedOutput(name) for name in wanted]
+            requested += [RequestedOutput(name) for name in self.controls.state_outputs]
+            return dataclasses.replace(request, inputs=inputs, requested_outputs=requested)
+        return dataclasses.replace(request, inputs=inputs)
+
+    def _finished(self, lane: _Lane, heads: list[_Sequence], batch: list[_Waiting],
+                  done: asyncio.Future[Execution]) -> None:
+        lane.executing = False
+        execution = done.result()
+        finished = time.perf_counter_ns()
+        start, end = execution.start_ns, execution.end_ns
+        rows = sum(batch_size_of(w.request, self.batching) for w in batch)
+        self.stats.record_execution(rows, 0, end - start, finished - end)
+        ok = not execution.failed
+        ended = []
+        for sequence, waiting, response in zip(heads, batch, execution.responses, strict=True):
+            sequence.running = False
+            sequence.last_seen_ns = finished
+            request = waiting.request
+            queued = max(start - request.arrival_ns, 0)
+            self.stats.record_request(ok, batch_size_of(request, self.batching),
+                                      finished - request.arrival_ns, queued, 0, end - start,
+                                      finished - end)
+            request.durations = (queued, 0, end - start, finished - end)
+            if response.error is None:
+                response.outputs = self.controls.take_state(response.outputs, sequence.state)
+            if not waiting.future.done():
+                waiting.future.set_result(response)
+            if waiting.end:
+                ended.append(sequence)
+        for sequence in ended:
+            if not sequence.pending:
+                self._release(sequence)
+        self._pump(lane)
+
+    # --- idle sequences -----------------------------------------------------------------
+
+    def _arm_reaper(self) -> None:
+        if self._reaper is None and self.live:
+            loop = asyncio.get_running_loop()
+            self._reaper = loop.call_later(self.idle_ns / 1e9, self._reap)
+
+    def _reap(self) -> None:
+        """Release sequences idle longer than ``max_sequence_idle_microseconds``."""
+        self._reaper = None
+        now = time.perf_counter_ns()
+        for sequence in list(self.live.values()):
+            if (not sequence.pending and not sequence.running
+                    and now - sequence.last_seen_ns >= self.idle_ns):
+                log.info("model '%s': sequence %r idle for %d ms, released", self.name,
+                         sequence.id, (now - sequence.last_seen_ns) // 1_000_000)
+                self._release(sequence)
+        self._arm_reaper()
+
+    def _wake_drain(self) -> None:
+        if self._drained is not None and not any(s.pending or s.running
+                                                 for s in self.live.values()):
+            self._drained.set()
+
+
+def _shape_key(request: InferenceRequest) -> tuple:
+    return tuple(sorted((name, tensor.shape[1:]) for name, tensor in request.inputs.items()))
+
+
+@hookimpl
+def naiad_scheduler(config: ModelConfig) -> SchedulerFactory | None:
+    if config.HasField("sequence_batching"):
+        return SequenceBatcher
+    return None
