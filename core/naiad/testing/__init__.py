@@ -1,4 +1,5 @@
-"""Helpers for testing naiad and its plugins: real server processes and a conformance kit."""
+"""Helpers for testing naiad and its plugins: real server processes and a conformance kit
+(``naiad.testing.conformance``: import it from tests; it needs pytest, serving does not)."""
 
 from naiad.testing.server import ServerProcess, free_port, naiad_server
 
