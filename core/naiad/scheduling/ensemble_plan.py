@@ -113,6 +113,11 @@ def check_steps(plan: EnsemblePlan, config: ModelConfig, lookup: SignatureLookup
     produced_types = {tensor: spec.datatype for tensor, spec in ensemble.inputs.items()}
     for step in plan.steps:
         signature = signature_of[step.index]
+        if config.max_batch_size > signature.max_batch_size:
+            # The ensemble's batch dimension reaches every step, as in Triton.
+            raise _problem(name, f"the ensemble allows batches of up to "
+                                 f"{config.max_batch_size}, but {step.describe()} allows "
+                                 f"{signature.max_batch_size} (max_batch_size)")
         for model_input, tensor in step.inputs:
             spec = signature.inputs.get(model_input)
             if spec is None:
@@ -131,11 +136,12 @@ def check_steps(plan: EnsemblePlan, config: ModelConfig, lookup: SignatureLookup
                                      f"the model does not have (it has "
                                      f"{_names(signature.outputs)})")
             produced_types[tensor] = spec.datatype
+    steps = {step.index: step for step in plan.steps}
     for output, spec in ensemble.outputs.items():
         if produced_types[output] != spec.datatype:
-            raise _problem(name, f"ensemble output '{output}' is {spec.datatype}, but step "
-                                 f"{plan.output_producers[output]} produces "
-                                 f"{produced_types[output]}")
+            producer = steps[plan.output_producers[output]]
+            raise _problem(name, f"ensemble output '{output}' is {spec.datatype}, but "
+                                 f"{producer.describe()} produces {produced_types[output]}")
 
 
 def _topological_order(name: str, steps: list[EnsembleStep]) -> list[EnsembleStep]:
@@ -144,7 +150,7 @@ def _topological_order(name: str, steps: list[EnsembleStep]) -> list[EnsembleSte
     while remaining:
         ready = sorted(i for i, deps in remaining.items() if not deps)
         if not ready:
-            cycle = ", ".join(str(i) for i in sorted(remaining))
+            cycle = ", ".join(str(i) for i in _cycle_members(remaining))
             raise _problem(name, f"steps {cycle} wait on each other's outputs (a cycle)")
         for index in ready:
             del remaining[index]
@@ -152,6 +158,19 @@ def _topological_order(name: str, steps: list[EnsembleStep]) -> list[EnsembleSte
         for deps in remaining.values():
             deps.difference_update(ready)
     return ordered
+
+
+def _cycle_members(waiting: dict[int, set[int]]) -> list[int]:
+    """The steps on a cycle: drop, again and again, the steps no other step waits for (they
+    are only downstream of one)."""
+    members = {i: set(deps) for i, deps in waiting.items()}
+    while True:
+        needed = {d for deps in members.values() for d in deps}
+        downstream = [i for i in members if i not in needed]
+        if not downstream:
+            return sorted(members)
+        for i in downstream:
+            del members[i]
 
 
 def _problem(name: str, reason: str) -> InferenceServerError:
