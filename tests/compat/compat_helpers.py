@@ -35,7 +35,8 @@ MODEL_REPOSITORY = HERE / "model_repository"
 
 # Models of MODEL_REPOSITORY that load; `broken` (unknown config field) and `broken_init`
 # (initialize() raises) do not.
-GOOD_MODELS = ("add_sub", "error_response", "identity_batch", "raises", "strings")
+GOOD_MODELS = ("add_sub", "error_response", "identity_batch", "mul", "pipeline", "raises",
+               "strings")
 BROKEN_MODELS = ("broken", "broken_init")
 
 NP_DTYPES = {

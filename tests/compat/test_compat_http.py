@@ -165,8 +165,10 @@ METADATA_CASES = (
     ]
     + [
         Case(f"config-{m}", "GET", f"/v2/models/{m}/config", model=m)
-        for m in ("add_sub", "identity_batch", "strings", "raises", "error_response")
+        for m in ("add_sub", "identity_batch", "strings", "raises", "error_response", "mul",
+                  "pipeline")
     ]
+    + [Case("metadata-ensemble", "GET", "/v2/models/pipeline", model="pipeline")]
     + [
         Case("config-version-1", "GET", "/v2/models/add_sub/versions/1/config", model="add_sub"),
         Case("config-unknown-model", "GET", "/v2/models/nope/config", model="nope"),
@@ -243,6 +245,23 @@ def test_statistics_after_one_inference(servers: Any) -> None:
 
     def check() -> None:
         for path in ["/v2/models/add_sub/stats", "/v2/models/add_sub/versions/1/stats"]:
+            ts, ns = both(servers, Case(path, "GET", path))
+            assert (ts.status, ns.status) == (200, 200)
+            assert_same(normalize_stats(ts.json()), normalize_stats(ns.json()), f"GET {path}")
+
+    eventually(check)
+
+
+def test_ensemble_statistics_after_one_inference(servers: Any) -> None:
+    """An ensemble counts like Triton: its queue and compute times are its steps' sums."""
+    t, n = both(servers, Case("infer", "POST", "/v2/models/pipeline/infer", GOOD))
+    assert (t.status, n.status) == (200, 200), f"triton {t!r}, naiad {n!r}"
+    expected = [(a + b) * (a - b) for a, b in zip(A, B, strict=True)]
+    for result in (t, n):
+        assert result.json()["outputs"][0]["data"] == expected
+
+    def check() -> None:
+        for path in ["/v2/models/pipeline/stats", "/v2/models/mul/stats"]:
             ts, ns = both(servers, Case(path, "GET", path))
             assert (ts.status, ns.status) == (200, 200)
             assert_same(normalize_stats(ts.json()), normalize_stats(ns.json()), f"GET {path}")
