@@ -229,8 +229,8 @@ class SequenceBatcher(Scheduler):
             inputs.update(self.controls.state_inputs(sequence.state))
             wanted = ([o.name for o in request.requested_outputs]
                       if request.requested_outputs is not None else self.output_names)
-            requested = [RequestedOutput(name) for name in wanted]
-            requested += [RequestedOutput(name) for name in self.controls.state_outputs]
+            names = dict.fromkeys([*wanted, *self.controls.state_outputs])
+            requested = [RequestedOutput(name) for name in names]
             return dataclasses.replace(request, inputs=inputs, requested_outputs=requested)
         return dataclasses.replace(request, inputs=inputs)
 

@@ -62,6 +62,9 @@ class SequenceControls:
             self.id_type = str if corrid[0].datatype == "BYTES" else int
         self.states = tuple(_state(name, state, model_dir) for state in sequence.state)
         self.state_outputs = frozenset(s.output_name for s in self.states)
+        # A state output the config also lists as an output may be requested by the client
+        # (for debugging, as in Triton); any other never leaves the server.
+        self.hidden_outputs = self.state_outputs - {output.name for output in config.output}
 
     def sequence_id(self, parameters: dict[str, object]) -> SequenceId:
         """The request's correlation ID; INVALID_ARG when it is missing, zero, empty or of the
@@ -110,19 +113,19 @@ class SequenceControls:
                                      state[s.input_name]) for s in self.states}
 
     def take_state(self, outputs: list[Tensor], state: dict[str, np.ndarray]) -> list[Tensor]:
-        """Store the state outputs of a response in ``state``; return the other outputs
-        (state never reaches the client). A state the model did not produce keeps its
-        previous value."""
+        """Store the state outputs of a response in ``state``; return the outputs the client
+        may see (not the state outputs the config does not list). A state the model did not
+        produce keeps its previous value."""
         if not self.states:
             return outputs
         by_output = {s.output_name: s for s in self.states}
         kept = []
         for tensor in outputs:
             spec = by_output.get(tensor.name)
-            if spec is None:
-                kept.append(tensor)
-            else:
+            if spec is not None:
                 state[spec.input_name] = np.asarray(tensor.data)
+            if tensor.name not in self.hidden_outputs:
+                kept.append(tensor)
         return kept
 
 
@@ -156,8 +159,9 @@ def _state(name: str, state: ModelSequenceBatching.State, model_dir: Path | None
             raise invalid_arg(f"{where}: initial_state dims {list(dims)} must be fixed")
         initial_data = _initial_data(where, datatype, dims, initial, model_dir)
     else:
-        # No initial_state: zeros, with any variable dimension empty.
-        dims = tuple(max(d, 0) for d in state.dims)
+        # No initial_state: Triton leaves the first state uninitialised, with 1 for every
+        # variable dimension; naiad gives zeros of that shape.
+        dims = tuple(d if d >= 0 else 1 for d in state.dims)
         initial_data = _zeros(datatype, dims)
     return StateTensor(state.input_name, state.output_name, datatype, initial_data)
 
