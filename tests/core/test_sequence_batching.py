@@ -127,6 +127,14 @@ def server(tmp_path_factory):
     (folder / "initial_state").mkdir()
     (folder / "initial_state" / "start_at").write_bytes(
         np.array([STATE_START], np.int32).tobytes())
+    visible = STATEFUL_CONFIG.replace('name: "stateful"', 'name: "state_visible"').replace(
+        'output [ { name: "OUTPUT", data_type: TYPE_INT32, dims: [ 1 ] } ]',
+        'output [ { name: "OUTPUT", data_type: TYPE_INT32, dims: [ 1 ] }, '
+        '{ name: "STATE_OUT", data_type: TYPE_INT32, dims: [ 1 ] } ]')
+    folder = write_model(repo, "state_visible", visible, STATEFUL_PY)
+    (folder / "initial_state").mkdir()
+    (folder / "initial_state" / "start_at").write_bytes(
+        np.array([STATE_START], np.int32).tobytes())
     with naiad_server("--model-repository", str(repo)) as process:
         yield process
 
@@ -213,6 +221,13 @@ def test_state_never_reaches_the_client(server):
                               sequence_end=True)
         names = [o["name"] for o in result.get_response()["outputs"]]
     assert names == ["OUTPUT"]
+
+
+def test_a_state_output_listed_in_the_config_may_be_requested(server):
+    """As in Triton, for debugging: the client sees the state only when the config lists it."""
+    assert _send(server, "grpc", "state_visible", 3, 44, start=True,
+                 output="STATE_OUT") == STATE_START + 3
+    assert _send(server, "grpc", "state_visible", 4, 44, end=True) == STATE_START + 7
 
 
 @pytest.mark.parametrize("protocol", ["http", "grpc"])
