@@ -122,13 +122,10 @@ def _configure_logging(args: argparse.Namespace) -> None:
 
 
 def _options(args: argparse.Namespace) -> tuple[ServerOptions, Listeners]:
+    # "" holds the settings given without a backend name: they reach every backend.
     backend_config: dict[str, dict[str, str]] = {}
     for name, key, value in args.backend_config:
         backend_config.setdefault(name, {})[key] = value
-    shared = backend_config.pop("", {})
-    for settings in backend_config.values():
-        for key, value in shared.items():
-            settings.setdefault(key, value)
     options = ServerOptions(
         model_repositories=args.model_repository,
         strict_model_config=args.strict_model_config,

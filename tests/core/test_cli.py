@@ -7,7 +7,8 @@ import sys
 
 import pytest
 
-from naiad.cli import build_parser
+from naiad.cli import _options, build_parser
+from naiad.models.manager import LoadOptions
 
 
 def naiad(*args: str) -> subprocess.CompletedProcess[str]:
@@ -41,6 +42,18 @@ def test_tritonserver_defaults_and_boolean_forms():
     assert args.http_max_input_size == 64 * 1024 * 1024
     assert args.backend_config == [("python", "shm-region-prefix", "x"),
                                    ("", "default-max-batch-size", "4")]
+
+
+def test_unnamed_backend_config_reaches_every_backend():
+    args = build_parser().parse_args(["serve", "--model-repository", "a",
+                                      "--backend-config", "python,shm-region-prefix=x",
+                                      "--backend-config", "default-max-batch-size=4",
+                                      "--backend-config", "onnxruntime,default-max-batch-size=8"])
+    options = LoadOptions(backend_config=_options(args)[0].backend_config)
+    assert options.settings_for("python") == {"shm-region-prefix": "x",
+                                              "default-max-batch-size": "4"}
+    assert options.settings_for("onnxruntime") == {"default-max-batch-size": "8"}
+    assert options.settings_for("pytorch") == {"default-max-batch-size": "4"}
 
 
 def test_bad_boolean_value():

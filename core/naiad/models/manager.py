@@ -65,7 +65,13 @@ class LoadOptions:
 
     strict_model_config: bool = False
     disable_auto_complete_config: bool = False
+    # backend name -> KEY=VALUE settings; "" holds those given for every backend
     backend_config: dict[str, dict[str, str]] = field(default_factory=dict)
+
+    def settings_for(self, backend: str) -> dict[str, str]:
+        """The ``--backend-config`` settings one backend sees: the shared ones, overridden
+        by those given for it by name."""
+        return {**self.backend_config.get("", {}), **self.backend_config.get(backend, {})}
 
 
 class ModelManager:
@@ -298,7 +304,7 @@ class ModelManager:
             validate_config(config, name)
             return config, sorted({f.name for f, _ in config.ListFields()} - before)
         backend = self.plugins.backend(backend_name,
-                                       options.backend_config.get(backend_name, {}))
+                                       options.settings_for(backend_name))
         if not options.strict_model_config and not options.disable_auto_complete_config:
             try:
                 backend.auto_complete_config(config, path)
@@ -318,7 +324,7 @@ class ModelManager:
         if config.platform == ENSEMBLE:
             workers = []  # an ensemble's steps run on their own models' instances
         else:
-            backend_config = self.options.backend_config.get(config.backend, {})
+            backend_config = self.options.settings_for(config.backend)
             backend = self.plugins.backend(config.backend, backend_config)
             instances = expand_instance_groups(name, config)
             workers = await load_version(backend, name, version, path, config, instances,
