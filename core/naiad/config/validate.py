@@ -295,7 +295,8 @@ def _instance_groups_problem(config: ModelConfig) -> str | None:
             return (f"{where} has kind {kind} but lists gpus {list(group.gpus)}; use KIND_GPU "
                     f"(or KIND_AUTO) to run on GPUs")
         if kind == "KIND_GPU" and not group.gpus:
-            return f"{where} has kind KIND_GPU but no GPU is available; use KIND_CPU"
+            return (f"{where} has kind KIND_GPU but no GPU is available (run it on a GPU "
+                    f"machine, or use KIND_CPU where its backend supports that)")
         if kind == "KIND_AUTO":
             return f"{where} still has kind KIND_AUTO (fill_defaults resolves it)"
         if group.count < 1:

@@ -44,7 +44,8 @@ def expand_instance_groups(model_name: str, config: ModelConfig) -> list[Instanc
             if not devices:
                 raise invalid_arg(
                     f"model '{model_name}': instance group '{group.name}' asks for KIND_GPU but "
-                    f"this machine has no GPU; use KIND_CPU")
+                    f"this machine has no GPU (run it on a GPU machine, or use KIND_CPU where "
+                    f"its backend supports that)")
             for gpu in devices:
                 if gpu >= available_gpus:
                     raise invalid_arg(
