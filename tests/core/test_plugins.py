@@ -77,7 +77,10 @@ def test_backend_not_installed_names_the_package(tmp_path):
     (tmp_path / "m" / "1").mkdir(parents=True)
     (tmp_path / "m" / "config.pbtxt").write_text('name: "m"\nplatform: "onnxruntime_onnx"\n')
     write_model(tmp_path, "add_sub", ADD_SUB_CONFIG, ADD_SUB_PY)
-    with naiad_server("--model-repository", str(tmp_path), "--exit-on-error=false") as server, \
+    # The test environment has the ONNX backend installed: blocking it is what "not
+    # installed" looks like to the server.
+    with naiad_server("--model-repository", str(tmp_path), "--exit-on-error=false",
+                      "--block-plugin", "onnxruntime") as server, \
             httpclient.InferenceServerClient(server.http_url) as client:
         index = {m["name"]: m for m in client.get_model_repository_index()}
         assert "pip install naiad-backend-onnx" in index["m"]["reason"]
