@@ -68,6 +68,7 @@ _DETECT = (
     ("model.onnx", None, "onnxruntime", "onnxruntime_onnx"),  # a file or a folder
     ("model.xml", None, "openvino", ""),
     ("model.pt", False, "pytorch", "pytorch_libtorch"),
+    ("model.pt2", False, "pytorch", "pytorch_libtorch"),  # a torch.export program
     ("model.py", None, "python", ""),
 )
 
