@@ -176,6 +176,8 @@ class SequenceBatcher(Scheduler):
         while self.backlog and len(lane.sequences) < lane.capacity:
             waiting = self.backlog.popleft()
             self._assign(waiting)
+            if waiting.lane is not None and waiting.lane is not lane:
+                self._pump(waiting.lane)
         self._pump(lane)
 
     # --- batches ------------------------------------------------------------------------
