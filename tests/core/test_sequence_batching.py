@@ -19,6 +19,8 @@ from naiad.testing import naiad_server
 
 # Keeps one running sum per correlation ID, reset by START: the Triton example's pattern.
 ACCUMULATE_PY = """
+import time
+
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
@@ -28,6 +30,7 @@ class TritonPythonModel:
         self.sums = {}
 
     def execute(self, requests):
+        time.sleep(0.02)  # long enough for concurrent requests to queue behind this batch
         responses = []
         for request in requests:
             start = pb_utils.get_input_tensor_by_name(request, "START").as_numpy().item()
