@@ -29,6 +29,12 @@ def batch_sizes(requests: Sequence[InferenceRequest]) -> list[int]:
     return sizes
 
 
+def shape_key(request: InferenceRequest) -> tuple:
+    """What must be equal for two requests to share a batch: the set of inputs present and
+    every input's shape past the batch dimension (what :func:`merge_inputs` concatenates)."""
+    return tuple(sorted((name, tensor.shape[1:]) for name, tensor in request.inputs.items()))
+
+
 def merge_inputs(requests: Sequence[InferenceRequest], names: Iterable[str]
                  ) -> dict[str, np.ndarray]:
     """One array per input name: the requests' arrays concatenated along axis 0.

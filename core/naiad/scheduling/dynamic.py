@@ -20,6 +20,7 @@ import time
 
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
+from naiad.batching import shape_key
 from naiad.errors import InferenceServerError, Status
 from naiad.hookspecs import hookimpl
 from naiad.scheduling.adaptive import ADAPTIVE_PARAMETER, AdaptiveWait, adaptive_enabled
@@ -71,7 +72,7 @@ class DynamicBatcher(Scheduler):
         loop = asyncio.get_running_loop()
         now = time.perf_counter_ns()
         item = Waiting(request, loop.create_future(), now, self._next_seq,
-                       _rows(request, self.batches_requests), _shape_key(request))
+                       _rows(request, self.batches_requests), shape_key(request))
         self._next_seq += 1
         self.queues.put(item, now)  # raises UNAVAILABLE when the level's queue is full
         if self.adaptive is not None:
@@ -220,12 +221,6 @@ def _rows(request: InferenceRequest, batching: bool) -> int:
     for tensor in request.inputs.values():
         return tensor.shape[0] if tensor.shape else 1
     return 1
-
-
-def _shape_key(request: InferenceRequest) -> tuple:
-    """What must be equal for two requests to share a batch: the set of inputs present and
-    every input's shape past the batch dimension."""
-    return tuple(sorted((name, tensor.shape[1:]) for name, tensor in request.inputs.items()))
 
 
 @hookimpl

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
+from naiad.batching import shape_key
 from naiad.errors import invalid_arg
 from naiad.hookspecs import hookimpl
 from naiad.scheduling.base import Scheduler, SchedulerFactory, SchedulingContext
@@ -193,8 +194,8 @@ class SequenceBatcher(Scheduler):
         if self.oldest:
             heads.sort(key=lambda s: s.pending[0].request.arrival_ns)
         # Requests share a batch only when their inputs agree past the batch dimension.
-        first = _shape_key(heads[0].pending[0].request)
-        heads = [s for s in heads if _shape_key(s.pending[0].request) == first]
+        first = shape_key(heads[0].pending[0].request)
+        heads = [s for s in heads if shape_key(s.pending[0].request) == first]
         heads = heads[:self.max_batch_size]
         if self.delay_ns and len(heads) < self.target and not delay_expired:
             due = min(s.pending[0].request.arrival_ns for s in heads) + self.delay_ns
@@ -289,10 +290,6 @@ class SequenceBatcher(Scheduler):
         if self._drained is not None and not any(s.pending or s.running
                                                  for s in self.live.values()):
             self._drained.set()
-
-
-def _shape_key(request: InferenceRequest) -> tuple:
-    return tuple(sorted((name, tensor.shape[1:]) for name, tensor in request.inputs.items()))
 
 
 @hookimpl
