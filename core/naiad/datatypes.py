@@ -7,6 +7,7 @@ type ``tritonclient`` uses).
 
 from __future__ import annotations
 
+import math
 import struct
 
 import ml_dtypes
@@ -112,7 +113,4 @@ def deserialize_bytes(buffer: bytes | memoryview, count: int, what: str) -> np.n
 
 
 def element_count(shape: tuple[int, ...] | list[int]) -> int:
-    count = 1
-    for d in shape:
-        count *= d
-    return count
+    return math.prod(shape)

@@ -42,15 +42,15 @@ def from_raw(model: str, name: str, datatype: str, shape: tuple[int, ...],
              raw: bytes | bytearray | memoryview) -> Tensor:
     """A tensor from its raw little-endian bytes (or the length-prefixed BYTES form)."""
     count = element_count(shape)
-    what = f"input '{name}' of model '{model}'"
     if datatype == "BYTES":
+        what = f"input '{name}' of model '{model}'"
         data = deserialize_bytes(raw, count, what).reshape(shape)
         return Tensor(name, datatype, shape, data)
     expected = count * ITEM_SIZES[datatype]
     if len(raw) != expected:
         raise invalid_arg(
-            f"{what}: shape {format_shape(shape)} of {datatype} needs {expected} bytes of "
-            f"tensor data, got {len(raw)}")
+            f"input '{name}' of model '{model}': shape {format_shape(shape)} of {datatype} "
+            f"needs {expected} bytes of tensor data, got {len(raw)}")
     data = np.frombuffer(raw, dtype=NUMPY_DTYPES[datatype]).reshape(shape)
     return Tensor(name, datatype, shape, data)
 

@@ -137,7 +137,7 @@ def decode_request(model_name: str, version: int, msg: Any, registry: SharedMemo
     if msg.outputs:
         requested = []
         for out in msg.outputs:
-            out_params = params_to_dict(out.parameters)
+            out_params = params_to_dict(out.parameters) if out.parameters else {}
             if out_params:
                 if "classification" in out_params:
                     raise unsupported(f"output '{out.name}' of model '{model_name}': "
@@ -154,7 +154,7 @@ def decode_request(model_name: str, version: int, msg: Any, registry: SharedMemo
         inputs=inputs,
         id=msg.id,
         requested_outputs=requested,
-        parameters=params_to_dict(msg.parameters),
+        parameters=params_to_dict(msg.parameters) if msg.parameters else {},
     )
     return request, to_shm
 

@@ -328,6 +328,9 @@ async def start_grpc_server(server: InferenceServer, address: str, port: int) ->
         ("grpc.max_send_message_length", limit),
         # Fail loudly when the port is taken instead of sharing it with another process.
         ("grpc.so_reuseport", 0),
+        # Channelz traces every call for a debugging service naiad does not serve.
+        # (grpc.minimal_stack would save more, but it drops the message size limit.)
+        ("grpc.enable_channelz", 0),
     ])
     handlers = _method_handlers(InferenceServicer(server))
     grpc_server.add_generic_rpc_handlers(
