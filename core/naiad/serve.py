@@ -52,7 +52,7 @@ class _QuietUvicorn:
                 yield
 
         # No proxy-header rewriting (naiad never reads the client address) and no
-        # "server: uvicorn" header (tritonserver sends none): less work per request.
+        # "server: uvicorn" header: less work per request.
         config = uvicorn.Config(app, host=host, port=port, loop="none", http="httptools",
                                 lifespan="off", access_log=False, log_level="warning",
                                 timeout_graceful_shutdown=5, proxy_headers=False,
