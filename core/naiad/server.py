@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 import time
 from dataclasses import dataclass, field
 
@@ -21,12 +22,16 @@ from naiad.errors import InferenceServerError, Status, invalid_arg, unavailable
 from naiad.models.manager import LoadOptions, ModelManager, ModelVersion
 from naiad.plugins import PluginManager
 from naiad.repository.scan import scheme_of
+from naiad.scheduling.base import CancelHook
 from naiad.shm import SharedMemoryRegistry
 from naiad.types import InferenceRequest, InferenceResponse
 
 log = logging.getLogger("naiad.server")
 
 MIB = 1024 * 1024
+_SHUTTING_DOWN = "the server is shutting down and accepts no new requests"
+# How often shutdown looks whether the requests in flight have finished.
+IDLE_POLL_S = 0.01
 
 # The protocol extensions naiad implements (reported by GET /v2 and ServerMetadata).
 EXTENSIONS = [
@@ -75,14 +80,17 @@ class InferenceServer:
         self.shared_memory = SharedMemoryRegistry()
         self.live = False
         self.accepting = False
+        # Inferences arrive on the event loop (HTTP) and on frontend threads (gRPC).
         self.in_flight = 0
-        self._idle = asyncio.Event()
+        self._in_flight_lock = threading.Lock()
+        self.loop: asyncio.AbstractEventLoop | None = None
 
     # --- lifecycle ----------------------------------------------------------------------
 
     async def start(self) -> None:
         """Load the models the control mode asks for; with ``--exit-on-error`` a failed
         model fails start-up."""
+        self.loop = asyncio.get_running_loop()
         self.live = True
         mode = self.options.model_control_mode
         names = (list(self.models.discover()) if mode != "explicit"
@@ -116,10 +124,10 @@ class InferenceServer:
         self.accepting = False
         if self.in_flight:
             log.info("waiting for %d in-flight request(s) (up to %s s)", self.in_flight, timeout)
-            self._idle.clear()
-            try:
-                await asyncio.wait_for(self._idle.wait(), timeout)
-            except asyncio.TimeoutError:
+            deadline = time.monotonic() + timeout
+            while self.in_flight and time.monotonic() < deadline:
+                await asyncio.sleep(IDLE_POLL_S)
+            if self.in_flight:
                 log.warning("%d request(s) still in flight after %s s", self.in_flight, timeout)
         await self.models.unload_all()
         self.shared_memory.unregister_all()
@@ -144,24 +152,43 @@ class InferenceServer:
         return self.models.get(name, version)
 
     async def infer(self, model: ModelVersion, request: InferenceRequest) -> InferenceResponse:
-        """Check ``request`` against ``model`` and run it. Errors come back as exceptions."""
-        if not self.accepting:
-            raise unavailable("the server is shutting down and accepts no new requests")
-        request.arrival_ns = request.arrival_ns or time.perf_counter_ns()
-        model.signature.check(request)
-        self.in_flight += 1
+        """Check ``request`` against ``model`` and run it. Errors come back as exceptions.
+        Call it on the event loop."""
+        self._admit(model, request)
         try:
             response = await model.scheduler.infer(request)
         finally:
+            self._leave()
+        return _answer(request, response)
+
+    def infer_blocking(self, model: ModelVersion, request: InferenceRequest,
+                       on_cancel: CancelHook | None = None) -> InferenceResponse:
+        """:meth:`infer` for a frontend thread: runs ``request`` and waits for it, without
+        the event loop when the model's scheduler allows. ``on_cancel`` (gRPC's
+        ``context.add_callback``) lets a scheduler that holds requests drop this one when
+        the client gives up."""
+        assert self.loop is not None, "infer_blocking before start"
+        self._admit(model, request)
+        try:
+            response = model.scheduler.infer_blocking(request, self.loop, on_cancel)
+        finally:
+            self._leave()
+        return _answer(request, response)
+
+    def _admit(self, model: ModelVersion, request: InferenceRequest) -> None:
+        if not self.accepting:
+            raise unavailable(_SHUTTING_DOWN)
+        request.arrival_ns = request.arrival_ns or time.perf_counter_ns()
+        model.signature.check(request)
+        with self._in_flight_lock:
+            self.in_flight += 1
+        if not self.accepting:  # shutdown began meanwhile (from another thread)
+            self._leave()
+            raise unavailable(_SHUTTING_DOWN)
+
+    def _leave(self) -> None:
+        with self._in_flight_lock:
             self.in_flight -= 1
-            if not self.in_flight:
-                self._idle.set()
-        if response.error is not None:
-            raise response.error
-        if request.requested_outputs is not None:
-            wanted = {o.name for o in request.requested_outputs}
-            response.outputs = [t for t in response.outputs if t.name in wanted]
-        return response
 
     # --- metadata -----------------------------------------------------------------------
 
@@ -232,6 +259,16 @@ class InferenceServer:
     async def unload_model(self, name: str) -> None:
         self._check_control("unload")
         await self.models.unload(name)
+
+
+def _answer(request: InferenceRequest, response: InferenceResponse) -> InferenceResponse:
+    """``response`` with only the outputs the client asked for; its error raised."""
+    if response.error is not None:
+        raise response.error
+    if request.requested_outputs is not None:
+        wanted = {o.name for o in request.requested_outputs}
+        response.outputs = [t for t in response.outputs if t.name in wanted]
+    return response
 
 
 def _type_name(value: int) -> str:

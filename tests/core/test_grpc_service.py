@@ -11,7 +11,7 @@ from tritonclient.grpc import service_pb2 as pb
 from tritonclient.grpc import service_pb2_grpc
 
 from naiad.frontends.grpc import start_grpc_server
-from naiad.frontends.grpc.service import _bind_address, _method_handlers
+from naiad.frontends.grpc.listener import bind_address, method_handlers
 from naiad.server import ServerOptions
 from naiad.shm import SharedMemoryRegistry
 
@@ -21,15 +21,15 @@ def fake_server(max_input_size: int = 1024) -> SimpleNamespace:
                            shared_memory=SharedMemoryRegistry(), live=True, ready=False)
 
 
-def test_bind_address():
-    assert _bind_address("0.0.0.0", 8001) == "0.0.0.0:8001"
-    assert _bind_address("::", 8001) == "[::]:8001"
-    assert _bind_address("[::1]", 8001) == "[::1]:8001"
+def testbind_address():
+    assert bind_address("0.0.0.0", 8001) == "0.0.0.0:8001"
+    assert bind_address("::", 8001) == "[::]:8001"
+    assert bind_address("[::1]", 8001) == "[::1]:8001"
 
 
 def test_every_rpc_of_the_service_has_a_handler():
     service = pb.DESCRIPTOR.services_by_name["GRPCInferenceService"]
-    handlers = _method_handlers(SimpleNamespace(**{
+    handlers = method_handlers(SimpleNamespace(**{
         m.name: object() for m in service.methods}))  # type: ignore[arg-type]
     assert set(handlers) == {m.name for m in service.methods}
     assert handlers["ModelInfer"].response_serializer is None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import abc
+import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +21,10 @@ if TYPE_CHECKING:
 ModelLookup = Callable[[str, str], "ModelVersion"]
 """``lookup(name, version)``: the serving version of another model ("" = the latest ready);
 raises :class:`naiad.errors.InferenceServerError` when there is none."""
+
+CancelHook = Callable[[Callable[[], object]], object]
+"""``on_cancel(fn)``: call ``fn`` when the client gives up on the request (as gRPC's
+``ServicerContext.add_callback``, which also calls it once the call is over)."""
 
 
 @dataclass(slots=True)
@@ -48,6 +53,20 @@ class Scheduler(abc.ABC):
     @abc.abstractmethod
     async def infer(self, request: InferenceRequest) -> InferenceResponse:
         """Run one request and return its response (an error response is a response)."""
+
+    def infer_blocking(self, request: InferenceRequest, loop: asyncio.AbstractEventLoop,
+                       on_cancel: CancelHook | None = None) -> InferenceResponse:
+        """Run one request from a frontend thread (not ``loop``'s) and wait for it.
+
+        The default runs :meth:`infer` on ``loop``, the event loop the model was loaded on,
+        and, when this scheduler holds requests, registers the cancellation of that
+        :meth:`infer` with ``on_cancel`` (waiting then raises
+        ``concurrent.futures.CancelledError``). A scheduler that can reach its instances
+        without the loop overrides this to save the two hops."""
+        future = asyncio.run_coroutine_threadsafe(self.infer(request), loop)
+        if on_cancel is not None and self.holds_requests:
+            on_cancel(future.cancel)
+        return future.result()
 
     @abc.abstractmethod
     async def drain(self) -> None:

@@ -8,9 +8,11 @@ import time
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
 from naiad.hookspecs import hookimpl
-from naiad.scheduling.base import Scheduler, SchedulerFactory, SchedulingContext
-from naiad.scheduling.worker import InstanceWorker
+from naiad.scheduling.base import CancelHook, Scheduler, SchedulerFactory, SchedulingContext
+from naiad.scheduling.worker import Execution, InstanceWorker
 from naiad.types import InferenceRequest, InferenceResponse
+
+DRAIN_POLL_S = 0.005
 
 
 def batch_size_of(request: InferenceRequest, batching: bool) -> int:
@@ -24,44 +26,46 @@ def batch_size_of(request: InferenceRequest, batching: bool) -> int:
 
 class DefaultScheduler(Scheduler):
     """One request per execution (Triton's default scheduler). Requests queue on the
-    instance with the fewest unfinished jobs and run in arrival order on it."""
+    instance with the fewest unfinished jobs and run in arrival order on it; a frontend
+    thread hands its request straight to that instance, without the event loop."""
 
     def __init__(self, context: SchedulingContext) -> None:
         self.stats = context.stats
         self.workers = context.workers
         self.batching = context.config.max_batch_size > 0
-        self._in_flight = 0
-        self._drained: asyncio.Event | None = None
+
+    def _worker(self) -> InstanceWorker:
+        workers = self.workers
+        return workers[0] if len(workers) == 1 else min(workers, key=_busy)
 
     async def infer(self, request: InferenceRequest) -> InferenceResponse:
-        workers = self.workers
-        worker = workers[0] if len(workers) == 1 else min(workers, key=_busy)
-        self._in_flight += 1
-        try:
-            execution = await worker.submit((request,))
-            done = time.perf_counter_ns()
-            start, end = execution.start_ns, execution.end_ns
-            arrival = request.arrival_ns
-            batch = batch_size_of(request, self.batching)
-            # compute_input: the hop to the instance's thread; compute_output: the way back.
-            queued = max(start - arrival, 0)
-            self.stats.record_execution(batch, 0, end - start, done - end)
-            self.stats.record_request(not execution.failed, batch, done - arrival, queued, 0,
-                                      end - start, done - end)
-            request.durations = (queued, 0, end - start, done - end)
-            return execution.responses[0]
-        finally:
-            self._in_flight -= 1
-            if self._in_flight == 0 and self._drained is not None:
-                self._drained.set()
+        execution = await self._worker().submit((request,))
+        return self._record(request, execution)
+
+    def infer_blocking(self, request: InferenceRequest, loop: asyncio.AbstractEventLoop,
+                       on_cancel: CancelHook | None = None) -> InferenceResponse:
+        return self._record(request, self._worker().run_blocking((request,)))
+
+    def _record(self, request: InferenceRequest, execution: Execution) -> InferenceResponse:
+        done = time.perf_counter_ns()
+        start, end = execution.start_ns, execution.end_ns
+        arrival = request.arrival_ns
+        batch = batch_size_of(request, self.batching)
+        # compute_input: the hop to the instance's thread; compute_output: the way back.
+        queued = max(start - arrival, 0)
+        self.stats.record_execution(batch, 0, end - start, done - end)
+        self.stats.record_request(not execution.failed, batch, done - arrival, queued, 0,
+                                  end - start, done - end)
+        request.durations = (queued, 0, end - start, done - end)
+        return execution.responses[0]
 
     def pending(self) -> int:
         return sum(w.pending for w in self.workers)
 
     async def drain(self) -> None:
-        while self._in_flight:
-            self._drained = asyncio.Event()
-            await self._drained.wait()
+        # Requests come from the loop and from frontend threads: watch the instances.
+        while any(w.busy for w in self.workers):
+            await asyncio.sleep(DRAIN_POLL_S)
 
 
 def _busy(worker: InstanceWorker) -> int:

@@ -1,5 +1,7 @@
-"""The gRPC frontend: Triton's ``inference.GRPCInferenceService`` on grpc.aio."""
+"""The gRPC frontend: Triton's ``inference.GRPCInferenceService`` on grpc's thread-pool
+server."""
 
-from naiad.frontends.grpc.service import InferenceServicer, start_grpc_server
+from naiad.frontends.grpc.listener import GRPCListener, start_grpc_server
+from naiad.frontends.grpc.service import InferenceServicer
 
-__all__ = ["InferenceServicer", "start_grpc_server"]
+__all__ = ["GRPCListener", "InferenceServicer", "start_grpc_server"]
