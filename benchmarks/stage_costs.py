@@ -9,7 +9,7 @@ Stages, on the ``identity`` (batch 1, FP32 [1,16]) and ``add_sub`` requests of p
 
 - ``http.decode``: ``frontends.http.codec.decode_request`` on the V2 JSON body
 - ``http.encode``: ``frontends.http.codec.encode_response`` (JSON outputs)
-- ``grpc.parse``: ``ModelInferRequest.FromString`` (what grpc.aio does before the servicer)
+- ``grpc.parse``: ``ModelInferRequest.FromString`` (what grpc does before the servicer)
 - ``grpc.decode`` / ``grpc.encode``: ``frontends.grpc.codec`` both ways
 - ``check``: ``ModelSignature.check`` (the server's request validation)
 - ``backend.execute``: the model instance's ``execute`` called directly (Python backend:
@@ -17,8 +17,10 @@ Stages, on the ``identity`` (batch 1, FP32 [1,16]) and ``add_sub`` requests of p
 - ``server.infer``: ``InferenceServer.infer`` awaited on the loop: scheduler, the hop to the
   instance's thread and back, statistics (includes ``check`` and ``backend.execute``)
 - ``http.asgi``: the whole ASGI app (``HTTPFrontend``) with an in-memory receive/send
-- ``grpc.servicer``: the whole ``ModelInfer`` of the gRPC servicer, bytes in, bytes out
-  (parse included), without grpc.aio itself
+- ``server.infer_blocking``: the same from a frontend thread, as the gRPC frontend calls it
+  (the request goes straight to the instance's thread, no event loop)
+- ``grpc.servicer``: the whole ``ModelInfer`` of the gRPC servicer on a frontend thread,
+  bytes in, bytes out (parse included), without grpc itself
 
   .venv/bin/python benchmarks/stage_costs.py [--cpu 0] [--number 2000] [--repeat 7]
 """
@@ -131,19 +133,28 @@ async def measure_model(model_name: str, server: Any, app: Any, servicer: Any,
         await app(scope, receive, send)
 
     class Context:
-        async def abort(self, code: Any, details: str) -> None:
+        def abort(self, code: Any, details: str) -> None:
             raise RuntimeError(details)
+
+        def add_callback(self, fn: Callable[[], Any]) -> bool:
+            return True
 
     ctx = Context()
 
-    async def servicer_call() -> Any:
-        return await servicer.ModelInfer(
-            service_pb2.ModelInferRequest.FromString(msg_bytes), ctx)
+    def servicer_call() -> Any:
+        return servicer.ModelInfer(service_pb2.ModelInferRequest.FromString(msg_bytes), ctx)
+
+    def infer_blocking() -> Any:
+        return server.infer_blocking(model, grpc_decode(model.name, model.version, msg,
+                                                        shm)[0])
 
     for c in args.concurrency:
         add(f"http.asgi c={c}", await time_async(asgi, n, r, c))
-    for c in args.concurrency:
-        add(f"grpc.servicer c={c}", await time_async(servicer_call, n, r, c))
+    # The gRPC handler runs on a frontend thread, one request at a time per thread.
+    base = time_sync(lambda: grpc_decode(model.name, model.version, msg, shm), n, r)
+    add("server.infer_blocking", await asyncio.to_thread(time_sync, infer_blocking, n, r)
+        - base)
+    add("grpc.servicer", await asyncio.to_thread(time_sync, servicer_call, n, r))
 
 
 async def measure(args: argparse.Namespace) -> list[tuple[str, str, float]]:
@@ -159,7 +170,7 @@ async def measure(args: argparse.Namespace) -> list[tuple[str, str, float]]:
     rows: list[tuple[str, str, float]] = []
     try:
         app = HTTPFrontend(server)
-        servicer = InferenceServicer(server)
+        servicer = InferenceServicer(server, asyncio.get_running_loop())
         encoder = ResponseEncoder(server.shared_memory)
         for model_name in args.models:
             await measure_model(model_name, server, app, servicer, encoder, args, rows)

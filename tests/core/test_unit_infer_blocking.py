@@ -1,0 +1,326 @@
+"""Inference from frontend threads (the gRPC frontend's path): ``InstanceWorker.run_blocking``,
+``Scheduler.infer_blocking`` (the default scheduler's direct path and the event-loop path
+every other scheduler takes) and ``InferenceServer.infer_blocking``. In process; the event
+loop runs on a thread of its own, as in ``naiad serve``."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import CancelledError, ThreadPoolExecutor
+from typing import Any
+
+import numpy as np
+import pytest
+from google.protobuf import text_format
+from tritonclient.grpc.model_config_pb2 import ModelConfig
+from zoo import ADD_SUB_CONFIG, ADD_SUB_PY, SLOW_PY, identity_config, write_model
+
+from naiad.batching import batch_sizes, merge_inputs, split_outputs
+from naiad.errors import InferenceServerError, Status
+from naiad.scheduling.base import SchedulingContext
+from naiad.scheduling.default import DefaultScheduler
+from naiad.scheduling.dynamic import DynamicBatcher
+from naiad.scheduling.worker import InstanceWorker
+from naiad.server import InferenceServer, ServerOptions
+from naiad.stats import ModelStats
+from naiad.types import (
+    InferenceRequest,
+    InferenceResponse,
+    InstanceInfo,
+    ModelInstance,
+    RequestedOutput,
+    Tensor,
+)
+
+WAIT_S = 10.0  # upper bound for anything that should happen; never a speed assertion
+
+
+class Doubling(ModelInstance):
+    """Y = 2 X for every request of the batch (merged into one array, as a backend does);
+    remembers the threads it ran on and can be held at a gate."""
+
+    def __init__(self) -> None:
+        self.threads: set[str] = set()
+        self.gate = threading.Event()
+        self.gate.set()
+        self.started = threading.Semaphore(0)
+        self.closed_after: list[int] = []
+        self.executions = 0
+
+    def execute(self, requests: Sequence[InferenceRequest]) -> list[InferenceResponse]:
+        self.threads.add(threading.current_thread().name)
+        self.started.release()
+        assert self.gate.wait(WAIT_S)
+        self.executions += 1
+        merged = merge_inputs(requests, ["X"])
+        parts = split_outputs({"Y": merged["X"] * 2}, batch_sizes(requests))
+        return [InferenceResponse(outputs=[Tensor("Y", "FP32", p["Y"].shape, p["Y"])])
+                for p in parts]
+
+    def close(self) -> None:
+        self.closed_after.append(self.executions)
+
+
+def request_of(x: np.ndarray) -> InferenceRequest:
+    request = InferenceRequest("m", 1, {"X": Tensor("X", "FP32", x.shape, x)})
+    request.arrival_ns = time.perf_counter_ns()
+    return request
+
+
+@pytest.fixture
+def loop() -> Iterator[asyncio.AbstractEventLoop]:
+    """An event loop running on its own thread."""
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    try:
+        yield loop
+    finally:
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(WAIT_S)
+        loop.close()
+
+
+def on_loop(loop: asyncio.AbstractEventLoop, fn: Callable[[], Any]) -> Any:
+    """Await ``fn()`` on ``loop`` from this thread."""
+    return asyncio.run_coroutine_threadsafe(fn(), loop).result(WAIT_S)
+
+
+def worker_with(instance: ModelInstance, loop: asyncio.AbstractEventLoop,
+                name: str = "m_0") -> InstanceWorker:
+    worker = InstanceWorker(InstanceInfo(name, "KIND_CPU", 0, 0), "m")
+
+    async def load() -> None:
+        await worker.load(lambda: instance)
+
+    on_loop(loop, load)
+    return worker
+
+
+def context(config_text: str, workers: list[InstanceWorker]) -> SchedulingContext:
+    config = text_format.Parse(config_text, ModelConfig())
+    return SchedulingContext("m", 1, config, workers, ModelStats("m", 1))
+
+
+def wait_until(predicate: Callable[[], bool]) -> None:
+    deadline = time.monotonic() + WAIT_S
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out waiting"
+        time.sleep(0.002)
+
+
+# --- InstanceWorker -----------------------------------------------------------------------
+
+
+def test_run_blocking_executes_on_the_instance_thread(loop):
+    instance = Doubling()
+    worker = worker_with(instance, loop, "m_0")
+    try:
+        execution = worker.run_blocking([request_of(np.ones((1, 3), np.float32))])
+        assert not execution.failed
+        np.testing.assert_array_equal(execution.responses[0].outputs[0].data, [[2, 2, 2]])
+        assert execution.start_ns <= execution.end_ns
+        # Not the caller's thread: the instance keeps to its own.
+        assert instance.threads == {"naiad-m_0"}
+    finally:
+        worker.stop()
+
+
+def test_pending_and_busy_count_jobs_from_every_thread(loop):
+    instance = Doubling()
+    instance.gate.clear()
+    worker = worker_with(instance, loop)
+    try:
+        with ThreadPoolExecutor(3) as pool:
+            results = [pool.submit(worker.run_blocking, [request_of(np.ones((1, 1), np.float32))])
+                       for _ in range(3)]
+            assert instance.started.acquire(timeout=WAIT_S)  # one runs, two wait
+            wait_until(lambda: worker.pending == 2)
+            assert worker.busy == 3
+            instance.gate.set()
+            assert all(not r.result(WAIT_S).failed for r in results)
+        assert worker.pending == 0
+        assert worker.busy == 0
+    finally:
+        worker.stop()
+
+
+def test_jobs_queued_before_stop_run_before_close_later_ones_are_refused(loop):
+    instance = Doubling()
+    instance.gate.clear()
+    worker = worker_with(instance, loop)
+    with ThreadPoolExecutor(1) as pool:
+        queued = pool.submit(worker.run_blocking, [request_of(np.ones((1, 1), np.float32))])
+        assert instance.started.acquire(timeout=WAIT_S)
+        stopping = threading.Thread(target=worker.stop)
+        stopping.start()
+        wait_until(lambda: worker._closed)
+        # Refused at once, with a status and a message naming the model and instance.
+        refused = worker.run_blocking([request_of(np.ones((1, 1), np.float32))])
+        assert refused.failed
+        error = refused.responses[0].error
+        assert error is not None and error.status is Status.UNAVAILABLE
+        assert "model 'm' instance 'm_0' is unloading" in error.message
+
+        async def submit_late() -> Any:
+            return await worker.submit([request_of(np.ones((1, 1), np.float32))])
+
+        assert on_loop(loop, submit_late).failed
+        instance.gate.set()
+        assert not queued.result(WAIT_S).failed
+        stopping.join(WAIT_S)
+    assert instance.closed_after == [1]  # closed after the job queued before stop, once
+
+
+# --- schedulers ---------------------------------------------------------------------------
+
+
+def test_default_scheduler_from_many_threads_answers_each_and_counts_each(loop):
+    instances = [Doubling(), Doubling()]
+    workers = [worker_with(i, loop, f"m_{n}") for n, i in enumerate(instances)]
+    scheduler = DefaultScheduler(context("max_batch_size: 8", workers))
+    rng = np.random.default_rng(7)
+    inputs = [rng.random((2, 3), dtype=np.float32) for _ in range(200)]
+    try:
+        with ThreadPoolExecutor(8) as pool:
+            responses = list(pool.map(
+                lambda x: scheduler.infer_blocking(request_of(x), loop), inputs))
+    finally:
+        for worker in workers:
+            worker.stop()
+    for x, response in zip(inputs, responses, strict=True):
+        np.testing.assert_array_equal(response.outputs[0].data, x * 2)
+    stats = scheduler.stats.as_dict()
+    assert stats["inference_count"] == 400  # 200 requests of batch 2
+    assert stats["execution_count"] == 200
+    assert stats["inference_stats"]["success"]["count"] == 200
+    assert sum(i.executions for i in instances) == 200
+
+
+def test_dynamic_batcher_from_threads_batches_requests_of_different_threads(loop):
+    instance = Doubling()
+    instance.gate.clear()
+    worker = worker_with(instance, loop)
+
+    async def make() -> DynamicBatcher:
+        return DynamicBatcher(context("max_batch_size: 8 dynamic_batching { }", [worker]))
+
+    batcher = on_loop(loop, make)
+    inputs = [np.full((1, 2), n, np.float32) for n in range(9)]
+    try:
+        with ThreadPoolExecutor(9) as pool:
+            first = pool.submit(batcher.infer_blocking, request_of(inputs[0]), loop)
+            assert instance.started.acquire(timeout=WAIT_S)  # the instance is now busy
+            rest = [pool.submit(batcher.infer_blocking, request_of(x), loop) for x in inputs[1:]]
+            wait_until(lambda: batcher.pending() == 8)
+            instance.gate.set()
+            responses = [first.result(WAIT_S)] + [r.result(WAIT_S) for r in rest]
+    finally:
+        on_loop(loop, batcher.drain)
+        worker.stop()
+    for x, response in zip(inputs, responses, strict=True):
+        np.testing.assert_array_equal(response.outputs[0].data, x * 2)
+    assert instance.executions == 2  # the first alone, then the eight waiting ones together
+
+
+def test_a_cancelled_request_leaves_the_batcher_queue_without_running(loop):
+    instance = Doubling()
+    instance.gate.clear()
+    worker = worker_with(instance, loop)
+
+    async def make() -> DynamicBatcher:
+        return DynamicBatcher(context("max_batch_size: 8 dynamic_batching { }", [worker]))
+
+    batcher = on_loop(loop, make)
+    hooks: list[Callable[[], object]] = []
+    try:
+        with ThreadPoolExecutor(2) as pool:
+            busy = pool.submit(batcher.infer_blocking,
+                               request_of(np.ones((1, 1), np.float32)), loop)
+            assert instance.started.acquire(timeout=WAIT_S)
+            waiting = pool.submit(batcher.infer_blocking, request_of(np.ones((1, 1), np.float32)),
+                                  loop, hooks.append)
+            wait_until(lambda: batcher.pending() == 1 and len(hooks) == 1)
+            hooks[0]()  # what gRPC does when the client cancels or its deadline passes
+            with pytest.raises(CancelledError):
+                waiting.result(WAIT_S)
+            wait_until(lambda: batcher.pending() == 0)
+            instance.gate.set()
+            assert busy.result(WAIT_S).outputs
+    finally:
+        on_loop(loop, batcher.drain)
+        worker.stop()
+    assert instance.executions == 1
+
+
+def test_the_default_scheduler_does_not_take_a_cancel_hook(loop):
+    # It holds no requests: a queued request waits only for the instance, as in Triton.
+    worker = worker_with(Doubling(), loop)
+    scheduler = DefaultScheduler(context("max_batch_size: 0", [worker]))
+    hooks: list[Callable[[], object]] = []
+    try:
+        scheduler.infer_blocking(request_of(np.ones(1, np.float32)), loop, hooks.append)
+    finally:
+        worker.stop()
+    assert hooks == []
+
+
+# --- InferenceServer ----------------------------------------------------------------------
+
+
+@pytest.fixture
+def server(tmp_path, loop) -> Iterator[InferenceServer]:
+    write_model(tmp_path, "add_sub", ADD_SUB_CONFIG, ADD_SUB_PY)
+    write_model(tmp_path, "slow", identity_config("slow", "TYPE_FP32"), SLOW_PY)
+    server = InferenceServer(ServerOptions(model_repositories=[str(tmp_path)]))
+    on_loop(loop, server.start)
+    try:
+        yield server
+    finally:
+        if server.live:
+            on_loop(loop, lambda: server.shutdown(WAIT_S))
+
+
+def add_sub_request(a: np.ndarray, b: np.ndarray) -> InferenceRequest:
+    return InferenceRequest("add_sub", 1, {"INPUT0": Tensor("INPUT0", "FP32", (4,), a),
+                                          "INPUT1": Tensor("INPUT1", "FP32", (4,), b)})
+
+
+def test_server_infer_blocking_answers_only_the_requested_outputs(server):
+    a = np.arange(4, dtype=np.float32)
+    b = np.full(4, 10, np.float32)
+    request = add_sub_request(a, b)
+    request.requested_outputs = [RequestedOutput("OUTPUT1")]
+    response = server.infer_blocking(server.model("add_sub"), request)
+    assert [t.name for t in response.outputs] == ["OUTPUT1"]
+    np.testing.assert_array_equal(response.outputs[0].data, a - b)
+    assert server.in_flight == 0
+
+
+def test_server_infer_blocking_checks_the_request_first(server):
+    request = InferenceRequest("add_sub", 1, {"INPUT0": Tensor(
+        "INPUT0", "FP32", (4,), np.zeros(4, np.float32))})
+    with pytest.raises(InferenceServerError) as info:
+        server.infer_blocking(server.model("add_sub"), request)
+    assert info.value.status is Status.INVALID_ARG
+    assert "INPUT1" in info.value.message
+    assert server.in_flight == 0
+
+
+def test_shutdown_waits_for_a_request_in_flight_on_a_frontend_thread(server, loop):
+    x = np.arange(3, dtype=np.float32)
+    request = InferenceRequest("slow", 1, {"INPUT0": Tensor("INPUT0", "FP32", (3,), x)})
+    add_sub = server.model("add_sub")  # a frontend thread may hold it across the shutdown
+    with ThreadPoolExecutor(1) as pool:
+        answer = pool.submit(server.infer_blocking, server.model("slow"), request)
+        wait_until(lambda: server.in_flight == 1)
+        on_loop(loop, lambda: server.shutdown(WAIT_S))  # returns once the request is done
+        assert answer.done()
+        np.testing.assert_array_equal(answer.result().outputs[0].data, x)
+    with pytest.raises(InferenceServerError) as info:
+        server.infer_blocking(add_sub, add_sub_request(x[:1], x[:1]))
+    assert info.value.status is Status.UNAVAILABLE
+    assert "shutting down" in info.value.message
