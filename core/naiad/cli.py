@@ -94,6 +94,11 @@ def build_parser() -> argparse.ArgumentParser:
     net.add_argument("--metrics-address", default="0.0.0.0")
     net.add_argument("--metrics-port", type=int, default=8002)
 
+    process = serve.add_argument_group("process")
+    _add_flag(process, "--sched-batch", True,
+              "run the server's threads in Linux's SCHED_BATCH class (naiad only; fewer "
+              "wasted context switches between threads that share the GIL)")
+
     logs = serve.add_argument_group("logging")
     logs.add_argument("--log-verbose", type=int, default=0, metavar="LEVEL",
                       help="verbose logging level (0 = off)")
@@ -172,4 +177,4 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     _configure_logging(args)
     options, listeners = _options(args)
-    return run(options, listeners)
+    return run(options, listeners, batch_scheduling=args.sched_batch)

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
 import pytest
+import tritonclient.grpc as grpcclient
+from zoo import ADD_SUB_CONFIG, ADD_SUB_PY, write_model
 
 from naiad.cli import _options, build_parser
 from naiad.models.manager import LoadOptions
+from naiad.testing import naiad_server
 
 
 def naiad(*args: str) -> subprocess.CompletedProcess[str]:
@@ -67,3 +71,21 @@ def test_plugins_lists_installed_backends():
     assert "naiad.backends:" in result.stdout
     line = next(x for x in result.stdout.splitlines() if x.strip().startswith("python "))
     assert "naiad-backend-python" in line
+
+
+def _thread_policies(pid: int) -> set[int]:
+    return {os.sched_getscheduler(int(tid)) for tid in os.listdir(f"/proc/{pid}/task")}
+
+
+@pytest.mark.skipif(not hasattr(os, "SCHED_BATCH"), reason="SCHED_BATCH is Linux only")
+@pytest.mark.parametrize(("flag", "policy"), [((), "SCHED_BATCH"),
+                                               (("--sched-batch=false",), "SCHED_OTHER")])
+def test_sched_batch_sets_the_class_of_every_server_thread(tmp_path, flag, policy):
+    write_model(tmp_path, "add_sub", ADD_SUB_CONFIG, ADD_SUB_PY)
+    with naiad_server("--model-repository", str(tmp_path), *flag) as server:
+        assert server.process is not None
+        # The instance worker, the gRPC pool and grpc's own threads exist by now.
+        with grpcclient.InferenceServerClient(server.grpc_url) as client:
+            assert client.is_server_ready()
+        assert len(os.listdir(f"/proc/{server.process.pid}/task")) > 3
+        assert _thread_policies(server.process.pid) == {getattr(os, policy)}
