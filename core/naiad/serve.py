@@ -165,9 +165,9 @@ def use_batch_scheduling() -> bool:
     just woke (an instance worker, or the other way round) needs the GIL the waker still
     holds, so it runs only to sleep again, two context switches per hand-off. Measured on
     the 2-core test machine (benchmarks/README.md, "Scheduling class"): 2-5 % more req/s
-    at concurrency 1 and 10-19 % at 8 and 64, over HTTP and gRPC. The cost: when other
-    processes keep the CPUs busy, a woken naiad thread waits for the running task's time
-    slice (a few ms at most) instead of taking the CPU at once.
+    at concurrency 1; at 8 and 64, 11-19 % over gRPC, 13 % and 3 % over HTTP. The cost:
+    when other processes keep the CPUs busy, a woken naiad thread waits for the running
+    task's time slice (a few ms at most) instead of taking the CPU at once.
     """
     policy = getattr(os, "SCHED_BATCH", None)
     if policy is None:
