@@ -5,7 +5,6 @@ An ordinary Triton Python model: it runs unmodified under tritonserver and under
 
 import json
 
-import numpy as np
 import triton_python_backend_utils as pb_utils
 
 
