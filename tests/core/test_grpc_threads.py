@@ -316,23 +316,10 @@ class LoadRecord:
 
 # add_sub that takes a few milliseconds per execution, on two instances: when an unload
 # begins, requests are inside execute and queued at the instances.
-BUSY_ADD_SUB_PY = """
-import time
-
-import triton_python_backend_utils as pb_utils
-
-
-class TritonPythonModel:
-    def execute(self, requests):
-        time.sleep(0.005)
-        responses = []
-        for request in requests:
-            a = pb_utils.get_input_tensor_by_name(request, "INPUT0").as_numpy()
-            b = pb_utils.get_input_tensor_by_name(request, "INPUT1").as_numpy()
-            responses.append(pb_utils.InferenceResponse(output_tensors=[
-                pb_utils.Tensor("OUTPUT0", a + b), pb_utils.Tensor("OUTPUT1", a - b)]))
-        return responses
-"""
+BUSY_ADD_SUB_PY = "import time\n" + ADD_SUB_PY.replace(
+    "    def execute(self, requests):\n",
+    "    def execute(self, requests):\n        time.sleep(0.005)\n")
+assert "time.sleep" in BUSY_ADD_SUB_PY
 BUSY_ADD_SUB_CONFIG = ADD_SUB_CONFIG + "instance_group [ { count: 2, kind: KIND_CPU } ]\n"
 
 

@@ -200,7 +200,9 @@ def test_default_scheduler_from_many_threads_answers_each_and_counts_each(loop):
     assert sum(i.executions for i in instances) == 200
 
 
-def test_dynamic_batcher_from_threads_batches_requests_of_different_threads(loop):
+def held_batcher(loop: asyncio.AbstractEventLoop
+                 ) -> tuple[Doubling, InstanceWorker, DynamicBatcher]:
+    """A dynamic batcher (max_batch_size 8) over one instance held at its gate."""
     instance = Doubling()
     instance.gate.clear()
     worker = worker_with(instance, loop)
@@ -208,7 +210,11 @@ def test_dynamic_batcher_from_threads_batches_requests_of_different_threads(loop
     async def make() -> DynamicBatcher:
         return DynamicBatcher(context("max_batch_size: 8 dynamic_batching { }", [worker]))
 
-    batcher = on_loop(loop, make)
+    return instance, worker, on_loop(loop, make)
+
+
+def test_dynamic_batcher_from_threads_batches_requests_of_different_threads(loop):
+    instance, worker, batcher = held_batcher(loop)
     inputs = [np.full((1, 2), n, np.float32) for n in range(9)]
     try:
         with ThreadPoolExecutor(9) as pool:
@@ -227,14 +233,7 @@ def test_dynamic_batcher_from_threads_batches_requests_of_different_threads(loop
 
 
 def test_a_cancelled_request_leaves_the_batcher_queue_without_running(loop):
-    instance = Doubling()
-    instance.gate.clear()
-    worker = worker_with(instance, loop)
-
-    async def make() -> DynamicBatcher:
-        return DynamicBatcher(context("max_batch_size: 8 dynamic_batching { }", [worker]))
-
-    batcher = on_loop(loop, make)
+    instance, worker, batcher = held_batcher(loop)
     hooks: list[Callable[[], object]] = []
     try:
         with ThreadPoolExecutor(2) as pool:

@@ -175,9 +175,7 @@ class InstanceWorker:
             if job is _STOP:
                 break
             if isinstance(job, _BlockingJob):
-                self.running = True
                 job.execution = self._execute(job.requests)
-                self.running = False
                 job.done.release()
                 continue
             if isinstance(job, _Call):
@@ -191,9 +189,7 @@ class InstanceWorker:
                 continue
             if not done:
                 first_done_ns = time.perf_counter_ns()
-            self.running = True
             done.append((job.future, self._execute(job.requests)))
-            self.running = False
         if done:
             self._deliver(done)
 
@@ -207,6 +203,7 @@ class InstanceWorker:
     def _execute(self, requests: Sequence[InferenceRequest]) -> Execution:
         """Run a batch. Never raises: a backend that raises fails the whole batch
         (``failed``), one error response per request."""
+        self.running = True
         start = time.perf_counter_ns()
         failed = False
         try:
@@ -225,6 +222,7 @@ class InstanceWorker:
                 f"model '{self.model_name}' instance '{self.info.name}' failed: "
                 f"{type(exc).__name__}: {exc}", Status.INTERNAL)
             responses = [InferenceResponse(error=error) for _ in requests]
+        self.running = False
         return Execution(responses, failed, start, time.perf_counter_ns())
 
 
