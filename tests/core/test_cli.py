@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 from zoo import ADD_SUB_CONFIG, ADD_SUB_PY, write_model
@@ -89,3 +90,48 @@ def test_sched_batch_sets_the_class_of_every_server_thread(tmp_path, flag, polic
             assert client.is_server_ready()
         assert len(os.listdir(f"/proc/{server.process.pid}/task")) > 3
         assert _thread_policies(server.process.pid) == {getattr(os, policy)}
+
+
+def _syscalls_by_thread_name(pid: int) -> dict[str, int]:
+    """Read plus write system calls so far, summed per thread name."""
+    totals: dict[str, int] = {}
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/comm") as comm, \
+                 open(f"/proc/{pid}/task/{tid}/io") as io:
+                name = comm.read().strip()
+                counts = dict(line.split(": ") for line in io.read().splitlines())
+        except FileNotFoundError:  # the thread ended meanwhile
+            continue
+        totals[name] = totals.get(name, 0) + int(counts["syscr"]) + int(counts["syscw"])
+    return totals
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/task"), reason="needs Linux /proc")
+@pytest.mark.parametrize(("user_setting", "grpc_threads_do_io"), [(None, False), ("", True)])
+def test_grpc_socket_io_runs_on_the_polling_thread_unless_the_user_says_otherwise(
+        tmp_path, monkeypatch, user_setting, grpc_threads_do_io):
+    # naiad turns grpc's EventEngine listener off (naiad/__main__.py): the thread that polls
+    # the completion queue then reads and writes the sockets itself, and grpc's own
+    # "event_engine" threads stay out of every call. A GRPC_EXPERIMENTS set by the user wins.
+    monkeypatch.delenv("GRPC_EXPERIMENTS", raising=False)
+    env = None if user_setting is None else {"GRPC_EXPERIMENTS": user_setting}
+    write_model(tmp_path, "add_sub", ADD_SUB_CONFIG, ADD_SUB_PY)
+    inputs = []
+    for name in ("INPUT0", "INPUT1"):
+        tensor = grpcclient.InferInput(name, [4], "FP32")
+        tensor.set_data_from_numpy(np.ones(4, dtype=np.float32))
+        inputs.append(tensor)
+    with naiad_server("--model-repository", str(tmp_path), env=env) as server:
+        assert server.process is not None
+        with grpcclient.InferenceServerClient(server.grpc_url) as client:
+            client.infer("add_sub", inputs)
+            before = _syscalls_by_thread_name(server.process.pid)
+            for _ in range(50):
+                client.infer("add_sub", inputs)
+            after = _syscalls_by_thread_name(server.process.pid)
+    assert "event_engine" in after, f"grpc's thread names changed: {sorted(after)}"
+    grpc_thread_calls = after["event_engine"] - before.get("event_engine", 0)
+    assert (grpc_thread_calls > 0) is grpc_threads_do_io, (
+        f"grpc's event_engine threads made {grpc_thread_calls} read/write calls in 50 "
+        f"inferences (GRPC_EXPERIMENTS={user_setting!r})")
