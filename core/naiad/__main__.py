@@ -12,7 +12,7 @@ import sys
 # grpc's EventEngine listener reads and writes the sockets on threads of its own and hands
 # each event over to the thread polling the completion queue; the poller it replaces does
 # that I/O on the polling thread itself. On one core that is about 3.5 fewer thread
-# switches per unary call, and +4-15 % req/s at concurrency 1, +11-19 % at 8 and 64
+# switches per unary call: +4-6 % req/s at concurrency 1, +9-14 % at 8, +25 % at 64
 # (benchmarks/README.md, "gRPC poller"). A GRPC_EXPERIMENTS the user sets is kept as is.
 GRPC_EXPERIMENTS = "-event_engine_listener"
 
