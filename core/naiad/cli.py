@@ -144,6 +144,7 @@ def _options(args: argparse.Namespace) -> tuple[ServerOptions, Listeners]:
         plugins_allowed=args.plugin,
         plugins_blocked=args.block_plugin,
         max_input_size=args.http_max_input_size,
+        freeze_heap=True,
     )
     listeners = Listeners(
         http_address=args.http_address, http_port=args.http_port, allow_http=args.allow_http,

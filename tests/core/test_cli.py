@@ -49,6 +49,11 @@ def test_tritonserver_defaults_and_boolean_forms():
                                    ("", "default-max-batch-size", "4")]
 
 
+def test_serve_freezes_the_heap_after_loading():
+    options, _ = _options(build_parser().parse_args(["serve", "--model-repository", "a"]))
+    assert options.freeze_heap is True
+
+
 def test_unnamed_backend_config_reaches_every_backend():
     args = build_parser().parse_args(["serve", "--model-repository", "a",
                                       "--backend-config", "python,shm-region-prefix=x",
