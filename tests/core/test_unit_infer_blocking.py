@@ -232,6 +232,107 @@ def test_dynamic_batcher_from_threads_batches_requests_of_different_threads(loop
     assert instance.executions == 2  # the first alone, then the eight waiting ones together
 
 
+def test_batched_requests_from_threads_need_no_event_loop(loop):
+    # The instance thread answers a batch and cuts the next one itself: with the loop
+    # stuck, requests from frontend threads still batch, run and come back.
+    instance, worker, batcher = held_batcher(loop)
+    loop_free = threading.Event()
+    loop.call_soon_threadsafe(loop_free.wait, WAIT_S)
+    inputs = [np.full((1, 2), n, np.float32) for n in range(9)]
+    try:
+        with ThreadPoolExecutor(9) as pool:
+            first = pool.submit(batcher.infer_blocking, request_of(inputs[0]), loop)
+            assert instance.started.acquire(timeout=WAIT_S)
+            rest = [pool.submit(batcher.infer_blocking, request_of(x), loop) for x in inputs[1:]]
+            wait_until(lambda: batcher.pending() == 8)
+            instance.gate.set()
+            responses = [first.result(WAIT_S)] + [r.result(WAIT_S) for r in rest]
+            assert not loop_free.is_set()
+    finally:
+        loop_free.set()
+        on_loop(loop, batcher.drain)
+        worker.stop()
+    for x, response in zip(inputs, responses, strict=True):
+        np.testing.assert_array_equal(response.outputs[0].data, x * 2)
+    assert instance.executions == 2
+    assert instance.threads == {"naiad-m_0"}
+
+
+def test_requests_from_the_loop_and_from_threads_share_a_batch(loop):
+    instance, worker, batcher = held_batcher(loop)
+    inputs = [np.full((1, 2), n, np.float32) for n in range(7)]
+    try:
+        with ThreadPoolExecutor(4) as pool:
+            first = pool.submit(batcher.infer_blocking, request_of(inputs[0]), loop)
+            assert instance.started.acquire(timeout=WAIT_S)
+            threaded = [pool.submit(batcher.infer_blocking, request_of(x), loop)
+                        for x in inputs[1:4]]
+            looped = [asyncio.run_coroutine_threadsafe(batcher.infer(request_of(x)), loop)
+                      for x in inputs[4:]]
+            wait_until(lambda: batcher.pending() == 6)
+            instance.gate.set()
+            responses = [f.result(WAIT_S) for f in [first, *threaded, *looped]]
+    finally:
+        on_loop(loop, batcher.drain)
+        worker.stop()
+    for x, response in zip(inputs, responses, strict=True):
+        np.testing.assert_array_equal(response.outputs[0].data, x * 2)
+    assert instance.executions == 2  # the first alone, then both kinds of waiter together
+
+
+def test_preserve_ordering_holds_for_requests_from_threads(loop):
+    slow, fast = Doubling(), Doubling()
+    slow.gate.clear()
+    workers = [worker_with(slow, loop, "m_0"), worker_with(fast, loop, "m_1")]
+
+    async def make() -> DynamicBatcher:
+        return DynamicBatcher(context(
+            "max_batch_size: 1 dynamic_batching { preserve_ordering: true }", workers))
+
+    batcher = on_loop(loop, make)
+    answered: list[int] = []
+
+    def one(n: int) -> None:
+        batcher.infer_blocking(request_of(np.full((1, 1), n, np.float32)), loop)
+        answered.append(n)
+
+    try:
+        with ThreadPoolExecutor(3) as pool:
+            calls = [pool.submit(one, 0)]
+            assert slow.started.acquire(timeout=WAIT_S)  # 0 holds the first instance
+            calls += [pool.submit(one, n) for n in (1, 2)]
+            wait_until(lambda: fast.executions == 2)
+            time.sleep(0.05)  # room for a wrong early answer to arrive
+            assert answered == []  # 1 and 2 are done but wait behind 0
+            slow.gate.set()
+            for call in calls:
+                call.result(WAIT_S)
+    finally:
+        slow.gate.set()
+        for worker in workers:
+            worker.stop()
+    assert sorted(answered) == [0, 1, 2]
+
+
+def test_a_closing_instance_refuses_every_queued_batch_from_threads(loop):
+    worker = worker_with(Doubling(), loop)
+
+    async def make() -> DynamicBatcher:
+        return DynamicBatcher(context("max_batch_size: 1 dynamic_batching { }", [worker]))
+
+    batcher = on_loop(loop, make)
+    worker.stop()  # unloading: the worker refuses new jobs
+    with ThreadPoolExecutor(3) as pool:
+        responses = list(pool.map(
+            lambda n: batcher.infer_blocking(request_of(np.full((1, 1), n, np.float32)), loop),
+            range(3)))
+    for response in responses:
+        assert response.error is not None
+        assert response.error.status is Status.UNAVAILABLE
+        assert "is unloading" in response.error.message
+    assert batcher.pending() == 0
+
+
 def test_a_cancelled_request_leaves_the_batcher_queue_without_running(loop):
     instance, worker, batcher = held_batcher(loop)
     hooks: list[Callable[[], object]] = []

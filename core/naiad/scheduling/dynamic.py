@@ -10,13 +10,22 @@ requests whose inputs have the same shapes past the batch dimension.
 Batches form by themselves under load: an instance busy with one batch leaves the next
 requests queued, and the next cut takes all of them. The batcher never runs model code; it
 hands each batch to a free instance's worker thread.
+
+Requests come from the event loop (HTTP, ensembles) and straight from frontend threads
+(gRPC), so the batcher's state sits behind one lock and no request needs the loop: the
+instance thread that finishes a batch answers its requests (releasing a waiting thread's
+lock, or one ``call_soon_threadsafe`` per batch for the loop's) and cuts the next batch
+itself. Only the ``max_queue_delay_microseconds`` wake-up is a loop timer.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 import time
+from concurrent.futures import CancelledError
+from functools import partial
 
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
@@ -24,13 +33,19 @@ from naiad.batching import shape_key
 from naiad.errors import InferenceServerError, Status
 from naiad.hookspecs import hookimpl
 from naiad.scheduling.adaptive import ADAPTIVE_PARAMETER, AdaptiveWait, adaptive_enabled
-from naiad.scheduling.base import Scheduler, SchedulerFactory, SchedulingContext
+from naiad.scheduling.base import CancelHook, Scheduler, SchedulerFactory, SchedulingContext
 from naiad.scheduling.batch_policy import cut_batch
 from naiad.scheduling.queues import PriorityQueues, Waiting
 from naiad.scheduling.worker import Execution, InstanceWorker
 from naiad.types import InferenceRequest, InferenceResponse
 
 log = logging.getLogger("naiad.scheduling.dynamic")
+
+DRAIN_POLL_S = 0.005
+# The loop running on the calling thread, or None (C-fast; no exception when there is none).
+_running_loop = asyncio._get_running_loop
+
+Reply = tuple[asyncio.Future[InferenceResponse], InferenceResponse]
 
 __all__ = ["ADAPTIVE_PARAMETER", "DynamicBatcher"]
 
@@ -54,13 +69,19 @@ class DynamicBatcher(Scheduler):
         self.preserve_ordering = batching.preserve_ordering
         self.queues = PriorityQueues(context.name, batching)
         self.adaptive = AdaptiveWait(self.delay_ns) if adaptive_enabled(config) else None
+        # Everything below is guarded by _lock. Hold it only for bookkeeping: never while
+        # a model runs, and never while waiting for anything.
+        self._lock = threading.Lock()
         self._idle: list[InstanceWorker] = list(reversed(context.workers))
         self._executing = 0
-        self._timer: asyncio.TimerHandle | None = None
-        self._timer_at = 0
-        self._drained: asyncio.Event | None = None
-        # preserve_ordering: responses leave in arrival order, whichever batch ends first.
         self._next_seq = 0
+        self._loop: asyncio.AbstractEventLoop | None = None
+        # The earliest pending timer wake-up (perf_counter_ns; 0: none). Timers are never
+        # cancelled: one that finds nothing due does nothing.
+        self._wake_at = 0
+        # Answers for event-loop requests, made under the lock and sent after it.
+        self._replies: list[Reply] = []
+        # preserve_ordering: responses leave in arrival order, whichever batch ends first.
         self._next_to_send = 0
         self._finished: dict[int, tuple[Waiting, InferenceResponse]] = {}
         self._dropped: set[int] = set()
@@ -70,41 +91,70 @@ class DynamicBatcher(Scheduler):
 
     async def infer(self, request: InferenceRequest) -> InferenceResponse:
         loop = asyncio.get_running_loop()
-        now = time.perf_counter_ns()
-        item = Waiting(request, loop.create_future(), now, self._next_seq,
-                       _rows(request, self.batches_requests), shape_key(request))
-        self._next_seq += 1
-        self.queues.put(item, now)  # raises UNAVAILABLE when the level's queue is full
-        if self.adaptive is not None:
-            self.adaptive.arrived(now)
-        if self._idle:
-            self._dispatch()
-        elif self.queues.next_deadline:
-            self._arm(self.queues.next_deadline)
+        future: asyncio.Future[InferenceResponse] = loop.create_future()
+        item = self._enqueue(request, future, loop)
         try:
-            return await item.future
+            return await future
         except asyncio.CancelledError:
-            # The client went away: a request still queued is dropped and never runs.
-            if self.queues.discard(item) and self.preserve_ordering:
+            self._withdraw(item)  # the client went away: a queued request never runs
+            raise
+
+    def infer_blocking(self, request: InferenceRequest, loop: asyncio.AbstractEventLoop,
+                       on_cancel: CancelHook | None = None) -> InferenceResponse:
+        item = self._enqueue(request, None, loop)
+        assert item.answered is not None
+        if on_cancel is not None:
+            on_cancel(lambda: self._withdraw(item))
+        item.answered.acquire()
+        if item.response is None:
+            raise CancelledError(f"model '{self.name}': the request was cancelled")
+        return item.response
+
+    def _enqueue(self, request: InferenceRequest,
+                 future: asyncio.Future[InferenceResponse] | None,
+                 loop: asyncio.AbstractEventLoop) -> Waiting:
+        now = time.perf_counter_ns()
+        with self._lock:
+            self._loop = loop
+            item = Waiting(request, future, now, self._next_seq,
+                           _rows(request, self.batches_requests), shape_key(request))
+            self.queues.put(item, now)  # raises UNAVAILABLE when the level's queue is full
+            self._next_seq += 1
+            if self.adaptive is not None:
+                self.adaptive.arrived(now)
+            if self._idle:
+                self._dispatch()
+            elif self.queues.next_deadline:
+                self._wake(self.queues.next_deadline)
+            replies = self._take_replies()
+        _send(replies)
+        return item
+
+    def _withdraw(self, item: Waiting) -> None:
+        """Drop ``item`` if it is still queued; a waiting thread then gets no response."""
+        with self._lock:
+            if not self.queues.discard(item):
+                return  # it runs, or has its answer already
+            if self.preserve_ordering:
                 self._dropped.add(item.seq)
                 self._answer_in_order()
-            raise
+            replies = self._take_replies()
+        if item.answered is not None:
+            item.answered.release()
+        _send(replies)
 
     def pending(self) -> int:
         return self.queues.count
 
     async def drain(self) -> None:
+        # Batches finish on instance threads: watch the counts.
         while self.queues.count or self._executing:
-            self._drained = asyncio.Event()
-            await self._drained.wait()
+            await asyncio.sleep(DRAIN_POLL_S)
 
-    # --- cutting and dispatching batches --------------------------------------------------
+    # --- cutting and dispatching batches (under the lock) -----------------------------
 
     def _dispatch(self) -> None:
         """Cut batches while instances are free and the queues say a batch is due."""
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
         while self._idle:
             now = time.perf_counter_ns()
             self._reject(self.queues.expire(now))
@@ -116,7 +166,7 @@ class DynamicBatcher(Scheduler):
             if cut.wait_until and self.adaptive is not None:
                 cut = self.adaptive.decide(cut, now)
             if cut.wait_until:
-                self._arm(cut.wait_until)
+                self._wake(cut.wait_until)
                 break
             batch = candidates[:cut.count]
             if self.adaptive is not None:
@@ -125,37 +175,48 @@ class DynamicBatcher(Scheduler):
                 log.debug("model '%s': batch of %d request(s) (%d rows) cut: %s", self.name,
                           len(batch), sum(item.rows for item in batch), cut.reason)
             self._run(batch)
-        if self.queues.next_deadline and (self._timer is None
-                                          or self.queues.next_deadline < self._timer_at):
-            self._arm(self.queues.next_deadline)
-        self._wake_drain()
+        if self.queues.next_deadline:
+            self._wake(self.queues.next_deadline)
 
     def _run(self, batch: list[Waiting]) -> None:
         self.queues.remove(batch)
         worker = self._idle.pop()
         self._executing += 1
-        future = worker.submit([item.request for item in batch])
-        future.add_done_callback(
-            lambda done: self._finished_batch(worker, batch, done))
+        requests = [item.request for item in batch]
+        if not worker.run_then(requests, partial(self._finished_batch, worker, batch)):
+            # The instance is closing: its refusal answers the batch now, and the worker
+            # goes back to the idle list for the dispatch loop to refuse the rest.
+            self._complete(worker, batch, worker.refused(requests))
+
+    def _wake(self, at_ns: int) -> None:
+        """Make sure the timer fires by ``at_ns``."""
+        if self._wake_at and self._wake_at <= at_ns:
+            return
+        self._wake_at = at_ns
+        loop = self._loop
+        assert loop is not None
+        if _running_loop() is loop:
+            self._arm(at_ns)
+        else:
+            loop.call_soon_threadsafe(self._arm, at_ns)
 
     def _arm(self, at_ns: int) -> None:
-        if self._timer is not None:
-            if self._timer_at <= at_ns:
-                return
-            self._timer.cancel()
-        loop = asyncio.get_running_loop()
-        self._timer_at = at_ns
-        self._timer = loop.call_later(max(at_ns - time.perf_counter_ns(), 0) / 1e9,
-                                      self._timer_fired)
+        assert self._loop is not None
+        self._loop.call_later(max(at_ns - time.perf_counter_ns(), 0) / 1e9,
+                              self._timer_fired, at_ns)
 
-    def _timer_fired(self) -> None:
-        self._timer = None
-        if self._idle:
-            self._dispatch()
-        else:  # every instance is busy: only queue timeouts can be due
-            self._reject(self.queues.expire(time.perf_counter_ns()))
-            if self.queues.next_deadline:
-                self._arm(self.queues.next_deadline)
+    def _timer_fired(self, at_ns: int) -> None:
+        with self._lock:
+            if self._wake_at == at_ns:
+                self._wake_at = 0
+            if self._idle:
+                self._dispatch()
+            else:  # every instance is busy: only queue timeouts can be due
+                self._reject(self.queues.expire(time.perf_counter_ns()))
+                if self.queues.next_deadline:
+                    self._wake(self.queues.next_deadline)
+            replies = self._take_replies()
+        _send(replies)
 
     def _reject(self, expired: list[Waiting]) -> None:
         for item in expired:
@@ -169,10 +230,19 @@ class DynamicBatcher(Scheduler):
     # --- completions --------------------------------------------------------------------
 
     def _finished_batch(self, worker: InstanceWorker, batch: list[Waiting],
-                        done: asyncio.Future[Execution]) -> None:
+                        execution: Execution) -> None:
+        """On the instance's thread, right after the batch ran: answer it, cut the next."""
+        with self._lock:
+            self._complete(worker, batch, execution)
+            if self.queues.count:
+                self._dispatch()
+            replies = self._take_replies()
+        _send(replies)
+
+    def _complete(self, worker: InstanceWorker, batch: list[Waiting],
+                  execution: Execution) -> None:
         self._executing -= 1
         self._idle.append(worker)
-        execution = done.result()
         finished = time.perf_counter_ns()
         start, end = execution.start_ns, execution.end_ns
         rows = sum(item.rows for item in batch)
@@ -185,14 +255,10 @@ class DynamicBatcher(Scheduler):
                                       end - start, finished - end)
             item.request.durations = (queued, 0, end - start, finished - end)
             self._answer(item, response)
-        if self.queues.count:
-            self._dispatch()
-        self._wake_drain()
 
     def _answer(self, item: Waiting, response: InferenceResponse) -> None:
         if not self.preserve_ordering:
-            if not item.future.done():
-                item.future.set_result(response)
+            self._reply(item, response)
             return
         self._finished[item.seq] = (item, response)
         self._answer_in_order()
@@ -201,18 +267,46 @@ class DynamicBatcher(Scheduler):
         while True:
             seq = self._next_to_send
             if seq in self._finished:
-                ready, answer = self._finished.pop(seq)
-                if not ready.future.done():
-                    ready.future.set_result(answer)
+                self._reply(*self._finished.pop(seq))
             elif seq in self._dropped:  # dropped from the queue: it never finishes
                 self._dropped.discard(seq)
             else:
                 return
             self._next_to_send += 1
 
-    def _wake_drain(self) -> None:
-        if self._drained is not None and not self.queues.count and not self._executing:
-            self._drained.set()
+    def _reply(self, item: Waiting, response: InferenceResponse) -> None:
+        if item.future is not None:
+            self._replies.append((item.future, response))
+        else:  # a frontend thread waits for it
+            assert item.answered is not None
+            item.response = response
+            item.answered.release()
+
+    def _take_replies(self) -> list[Reply]:
+        replies = self._replies
+        if replies:
+            self._replies = []
+        return replies
+
+
+def _send(replies: list[Reply]) -> None:
+    """Hand the event loop its answers: directly on the loop, else in one wake-up."""
+    if not replies:
+        return
+    loop = replies[0][0].get_loop()
+    if _running_loop() is loop:
+        _set_results(replies)
+        return
+    try:
+        loop.call_soon_threadsafe(_set_results, replies)
+    except RuntimeError:  # the loop is closed: nobody is waiting any more
+        pass
+
+
+def _set_results(replies: list[Reply]) -> None:
+    for future, response in replies:
+        if not future.done():
+            future.set_result(response)
 
 
 def _rows(request: InferenceRequest, batching: bool) -> int:
