@@ -12,6 +12,7 @@ from __future__ import annotations
 import importlib.metadata
 import logging
 import os
+import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -89,6 +90,8 @@ class PluginManager:
             module = importlib.import_module(module_name)
             self.pm.register(module, name=module_name)
         self._backends: dict[str, Backend] = {}
+        # Models load on several threads at once: one import and registration per plugin.
+        self._loading = threading.RLock()
         self.pm.check_pending()
 
     def register(self, plugin: object, name: str | None = None) -> None:
@@ -105,7 +108,12 @@ class PluginManager:
         return self.allow is None or bool(names & self.allow)
 
     def _load_entry_point(self, kind: str, name: str) -> bool:
-        """Import and register the entry point ``name`` of ``kind``; False if none may load."""
+        """Import and register the entry point ``name`` of ``kind`` (once, whichever thread
+        asks first); False if none may load."""
+        with self._loading:
+            return self._load_entry_point_locked(kind, name)
+
+    def _load_entry_point_locked(self, kind: str, name: str) -> bool:
         group = ENTRY_POINT_GROUPS[kind]
         loaded = False
         for ep in importlib.metadata.entry_points(group=group, name=name):
@@ -114,7 +122,8 @@ class PluginManager:
                          group, name)
                 continue
             key = f"{group}:{name}"
-            if self.pm.has_plugin(key):
+            if self.pm.has_plugin(key):  # another thread registered it meanwhile
+                loaded = True
                 continue
             try:
                 plugin = ep.load()

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import importlib.metadata
 import sys
+import time
 import types
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pluggy
@@ -174,6 +176,24 @@ def test_entry_point_is_loaded_only_for_its_name(installed, monkeypatch):
     assert isinstance(pm.backend("tiny", {}), TinyBackend)
     assert pm.pm.has_plugin("naiad.backends:tiny")
     assert calls == ["tiny"]
+
+
+def test_threads_asking_for_a_new_backend_at_once_all_get_it(installed, monkeypatch):
+    # Models load on several threads; the first request for a backend imports its plugin.
+    # A slow import widens the window in which a second thread asks for the same name.
+    module_name, _ = plugin_module(monkeypatch, "tiny")
+    installed("naiad-backend-tiny", {"naiad.backends": {"tiny": module_name}})
+    real_load = importlib.metadata.EntryPoint.load
+
+    def slow_load(self):
+        time.sleep(0.05)
+        return real_load(self)
+
+    monkeypatch.setattr(importlib.metadata.EntryPoint, "load", slow_load)
+    pm = PluginManager()
+    with ThreadPoolExecutor(4) as pool:
+        found = list(pool.map(lambda _: pm.backend("tiny", {}), range(4)))
+    assert all(isinstance(backend, TinyBackend) for backend in found)
 
 
 def test_cache_and_source_entry_points(installed, monkeypatch):

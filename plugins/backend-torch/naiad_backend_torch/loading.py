@@ -7,6 +7,7 @@ takes (for :mod:`naiad_backend_torch.naming`) and what kind of result it returns
 from __future__ import annotations
 
 import logging
+import threading
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +25,8 @@ EXPORT_FILENAME = "model.pt2"
 """Triton's name for PyTorch 2 artifacts (``INDUCTOR_MODEL_ARTIFACT_NAME_DEFAULT``)."""
 
 # What a model returns, which decides how config outputs are found in it.
+_EXPORT_LOAD_LOCK = threading.Lock()
+
 RETURNS_TENSOR = "tensor"
 RETURNS_SEQUENCE = "sequence"  # a tuple or list: outputs by index
 RETURNS_DICT = "dict"  # outputs by key
@@ -81,7 +84,10 @@ def load_exported_program(path: Path, model: str) -> torch.export.ExportedProgra
     """``torch.export.load(path)`` with an error that says what the file must be."""
     try:
         # Opened here: torch warns about a path not ending in .pt2, not about a file object.
-        with open(path, "rb") as file:
+        # One at a time: torch.export's deserializer keeps its state in a module global
+        # ("_CURRENT_DESERIALIZER is already set"), and naiad loads models concurrently
+        # (--model-load-thread-count).
+        with open(path, "rb") as file, _EXPORT_LOAD_LOCK:
             return torch.export.load(file)
     except Exception as exc:
         raise unavailable(
