@@ -4,23 +4,21 @@ from __future__ import annotations
 
 import argparse
 import logging
+import re
 import sys
+import time
 from collections.abc import Sequence
 
-from naiad import __version__
+from naiad import __version__, tritonserver_flags
+from naiad.frontends.forwarding import compile_pattern
+from naiad.frontends.grpc.options import COMPRESSION_LEVELS, GRPCOptions
+from naiad.frontends.restrictions import parse_restrictions
 from naiad.plugins import installed_plugins
 from naiad.serve import HTTP_SERVERS, Listeners, run
 from naiad.server import MIB, ServerOptions
 
-
-def _bool(value: str) -> bool:
-    """Triton's boolean flag values: true/false, 1/0, on/off, yes/no."""
-    lowered = value.strip().lower()
-    if lowered in ("true", "1", "on", "yes"):
-        return True
-    if lowered in ("false", "0", "off", "no"):
-        return False
-    raise argparse.ArgumentTypeError(f"expected true or false, got '{value}'")
+_bool = tritonserver_flags.parse_bool
+LOG_FORMATS = ("default", "ISO8601")
 
 
 def _backend_config(value: str) -> tuple[str, str, str]:
@@ -56,6 +54,10 @@ def build_parser() -> argparse.ArgumentParser:
     serve = commands.add_parser("serve", help="serve model repositories",
                                 description="Serve Triton model repositories over HTTP and "
                                             "gRPC. Flags have tritonserver's names and defaults.")
+    server = serve.add_argument_group("server")
+    server.add_argument("--id", default="naiad", dest="server_id", metavar="NAME",
+                        help="the server's name in its metadata (default naiad)")
+
     repo = serve.add_argument_group("model repository")
     repo.add_argument("--model-repository", "--model-store", action="append", default=[],
                       dest="model_repository", metavar="PATH",
@@ -66,7 +68,17 @@ def build_parser() -> argparse.ArgumentParser:
                       help="do not let backends fill in missing configuration")
     repo.add_argument("--model-control-mode", choices=("none", "explicit", "poll"),
                       default="none", help="none: load everything at start; explicit: load "
-                                           "and unload through the repository API")
+                                           "and unload through the repository API; poll: "
+                                           "follow the repositories' changes")
+    repo.add_argument("--repository-poll-secs", type=int, default=15, metavar="SECONDS",
+                      help="with poll control: seconds between two scans (default 15)")
+    repo.add_argument("--model-config-name", default="", metavar="NAME",
+                      help="load <model>/configs/NAME.pbtxt instead of config.pbtxt where "
+                           "it exists")
+    repo.add_argument("--model-load-thread-count", type=int, default=4, metavar="N",
+                      help="models loaded at the same time (default 4)")
+    repo.add_argument("--model-load-retry-count", type=int, default=0, metavar="N",
+                      help="how often a failed model load is tried again (default 0)")
     repo.add_argument("--load-model", action="append", default=[], metavar="NAME",
                       help="with explicit control: a model to load at start ('*' = all)")
     repo.add_argument("--backend-config", action="append", default=[], type=_backend_config,
@@ -81,6 +93,13 @@ def build_parser() -> argparse.ArgumentParser:
     _add_flag(net, "--allow-http", True, "serve HTTP/REST")
     net.add_argument("--http-address", default="0.0.0.0")
     net.add_argument("--http-port", type=int, default=8000)
+    _add_flag(net, "--reuse-http-port", False,
+              "let other servers listen on the same HTTP port (SO_REUSEPORT)")
+    net.add_argument("--http-header-forward-pattern", default="", metavar="REGEX",
+                     help="HTTP headers whose names match become request parameters")
+    net.add_argument("--http-restricted-api", action="append", default=[],
+                     metavar="API,...:KEY=VALUE",
+                     help="requests to these APIs need header KEY=VALUE (repeatable)")
     net.add_argument("--http-server", choices=HTTP_SERVERS, default="uvicorn",
                      help="the ASGI server for HTTP (default uvicorn: the faster one measured "
                           "in benchmarks/)")
@@ -90,9 +109,39 @@ def build_parser() -> argparse.ArgumentParser:
     _add_flag(net, "--allow-grpc", True, "serve gRPC")
     net.add_argument("--grpc-address", default="0.0.0.0")
     net.add_argument("--grpc-port", type=int, default=8001)
+    _add_flag(net, "--reuse-grpc-port", False,
+              "let other servers listen on the same gRPC port (SO_REUSEPORT)")
+    net.add_argument("--grpc-header-forward-pattern", default="", metavar="REGEX",
+                     help="gRPC headers whose names match become request parameters")
+    net.add_argument("--grpc-restricted-protocol", action="append", default=[],
+                     metavar="API,...:KEY=VALUE",
+                     help="requests to these APIs need header triton-grpc-protocol-KEY=VALUE "
+                          "(repeatable)")
+    _add_flag(net, "--grpc-use-ssl", False, "serve gRPC over TLS")
+    _add_flag(net, "--grpc-use-ssl-mutual", False,
+              "serve gRPC over TLS and require client certificates signed by --grpc-root-cert")
+    net.add_argument("--grpc-server-cert", default="", metavar="PEM",
+                     help="the server certificate (with TLS)")
+    net.add_argument("--grpc-server-key", default="", metavar="PEM",
+                     help="the server's private key (with TLS)")
+    net.add_argument("--grpc-root-cert", default="", metavar="PEM",
+                     help="the certificate that signs client certificates (mutual TLS)")
+    net.add_argument("--grpc-infer-response-compression-level", default="none",
+                     choices=COMPRESSION_LEVELS, help="compression of inference responses")
+    net.add_argument("--grpc-keepalive-time", type=int, default=7_200_000, metavar="MS")
+    net.add_argument("--grpc-keepalive-timeout", type=int, default=20_000, metavar="MS")
+    _add_flag(net, "--grpc-keepalive-permit-without-calls", False,
+              "allow keepalive pings on connections without calls")
+    net.add_argument("--grpc-http2-max-pings-without-data", type=int, default=2, metavar="N")
+    net.add_argument("--grpc-http2-min-recv-ping-interval-without-data", type=int,
+                     default=300_000, metavar="MS")
+    net.add_argument("--grpc-http2-max-ping-strikes", type=int, default=2, metavar="N")
+    net.add_argument("--grpc-max-connection-age", type=int, default=None, metavar="MS")
+    net.add_argument("--grpc-max-connection-age-grace", type=int, default=None, metavar="MS")
     _add_flag(net, "--allow-metrics", True, "serve Prometheus metrics")
     net.add_argument("--metrics-address", default="0.0.0.0")
     net.add_argument("--metrics-port", type=int, default=8002)
+    _add_flag(net, "--allow-cpu-metrics", True, "report nv_cpu_* metrics")
 
     process = serve.add_argument_group("process")
     _add_flag(process, "--sched-batch", True,
@@ -105,6 +154,11 @@ def build_parser() -> argparse.ArgumentParser:
     _add_flag(logs, "--log-info", True, "log informational messages")
     _add_flag(logs, "--log-warning", True, "log warnings")
     _add_flag(logs, "--log-error", True, "log errors")
+    logs.add_argument("--log-format", choices=LOG_FORMATS, default="default",
+                      help="default: 'LMMDD hh:mm:ss.ffffff'; ISO8601: "
+                           "'YYYY-MM-DDThh:mm:ssZ L'")
+    logs.add_argument("--log-file", default="", metavar="PATH",
+                      help="append the log to this file instead of standard error")
 
     plugins = serve.add_argument_group("plugins")
     plugins.add_argument("--plugin", action="append", default=[], metavar="NAME",
@@ -113,8 +167,34 @@ def build_parser() -> argparse.ArgumentParser:
     plugins.add_argument("--block-plugin", action="append", default=[], metavar="NAME",
                          help="never load this plugin (repeatable)")
 
+    tritonserver_flags.add_flags(serve)
+
     commands.add_parser("plugins", help="list installed plugins per group")
     return parser
+
+
+class TritonLogFormatter(logging.Formatter):
+    """tritonserver's log line prefixes: ``I1123 16:55:53.123456 4242 naiad.models] ...``
+    (default) or ``2026-11-23T16:55:53Z I naiad.models] ...`` (ISO8601)."""
+
+    def __init__(self, log_format: str = "default") -> None:
+        super().__init__()
+        self.iso8601 = log_format == "ISO8601"
+
+    def format(self, record: logging.LogRecord) -> str:
+        level = record.levelname[0]
+        if self.iso8601:
+            stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(record.created))
+            prefix = f"{stamp} {level} {record.name}] "
+        else:
+            local = time.localtime(record.created)
+            micros = int((record.created % 1) * 1_000_000)
+            prefix = (f"{level}{time.strftime('%m%d %H:%M:%S', local)}.{micros:06d} "
+                      f"{record.process} {record.name}] ")
+        text = prefix + record.getMessage()
+        if record.exc_info:
+            text += "\n" + self.formatException(record.exc_info)
+        return text
 
 
 def _configure_logging(args: argparse.Namespace) -> None:
@@ -123,7 +203,10 @@ def _configure_logging(args: argparse.Namespace) -> None:
         level = logging.DEBUG
     if not args.log_warning and not args.log_error:
         level = logging.CRITICAL
-    logging.basicConfig(level=level, format="%(asctime)s %(levelname).1s %(name)s] %(message)s")
+    handler: logging.Handler = (logging.FileHandler(args.log_file, encoding="utf-8")
+                                if args.log_file else logging.StreamHandler())
+    handler.setFormatter(TritonLogFormatter(args.log_format))
+    logging.basicConfig(level=level, handlers=[handler])
 
 
 def _options(args: argparse.Namespace) -> tuple[ServerOptions, Listeners]:
@@ -145,14 +228,65 @@ def _options(args: argparse.Namespace) -> tuple[ServerOptions, Listeners]:
         plugins_blocked=args.block_plugin,
         max_input_size=args.http_max_input_size,
         freeze_heap=True,
+        server_id=args.server_id,
+        model_config_name=args.model_config_name,
+        model_load_thread_count=args.model_load_thread_count,
+        model_load_retry_count=args.model_load_retry_count,
+        repository_poll_secs=args.repository_poll_secs,
     )
     listeners = Listeners(
         http_address=args.http_address, http_port=args.http_port, allow_http=args.allow_http,
         grpc_address=args.grpc_address, grpc_port=args.grpc_port, allow_grpc=args.allow_grpc,
         metrics_address=args.metrics_address, metrics_port=args.metrics_port,
         allow_metrics=args.allow_metrics, http_server=args.http_server,
+        allow_cpu_metrics=args.allow_cpu_metrics, reuse_http_port=args.reuse_http_port,
+        http_header_forward_pattern=args.http_header_forward_pattern,
+        http_restricted=parse_restrictions(args.http_restricted_api, "--http-restricted-api"),
+        grpc=GRPCOptions(
+            reuse_port=args.reuse_grpc_port,
+            use_ssl=args.grpc_use_ssl or args.grpc_use_ssl_mutual,
+            use_ssl_mutual=args.grpc_use_ssl_mutual,
+            server_cert=args.grpc_server_cert,
+            server_key=args.grpc_server_key,
+            root_cert=args.grpc_root_cert,
+            infer_response_compression_level=args.grpc_infer_response_compression_level,
+            keepalive_time_ms=args.grpc_keepalive_time,
+            keepalive_timeout_ms=args.grpc_keepalive_timeout,
+            keepalive_permit_without_calls=args.grpc_keepalive_permit_without_calls,
+            http2_max_pings_without_data=args.grpc_http2_max_pings_without_data,
+            http2_min_recv_ping_interval_without_data_ms=(
+                args.grpc_http2_min_recv_ping_interval_without_data),
+            http2_max_ping_strikes=args.grpc_http2_max_ping_strikes,
+            max_connection_age_ms=args.grpc_max_connection_age,
+            max_connection_age_grace_ms=args.grpc_max_connection_age_grace,
+            header_forward_pattern=args.grpc_header_forward_pattern,
+            restricted=parse_restrictions(args.grpc_restricted_protocol,
+                                          "--grpc-restricted-protocol"),
+        ),
     )
     return options, listeners
+
+
+def _check(args: argparse.Namespace) -> list[str]:
+    """What makes this command line unusable, one message per problem."""
+    problems = tritonserver_flags.refusals(args)
+    if not args.model_repository:
+        problems.append("--model-repository is required (repeatable)")
+    for flag in ("http_header_forward_pattern", "grpc_header_forward_pattern"):
+        try:
+            compile_pattern(getattr(args, flag))
+        except re.error as exc:
+            problems.append(f"--{flag.replace('_', '-')}: not a regular expression: {exc}")
+    if args.load_model.count("*") and len(args.load_model) > 1:
+        problems.append("--load-model=* must be the only --load-model")
+    if " " in args.model_config_name:
+        problems.append("--model-config-name must not contain spaces")
+    for flag in ("model_load_thread_count", "repository_poll_secs"):
+        if getattr(args, flag) < 1:
+            problems.append(f"--{flag.replace('_', '-')} must be at least 1")
+    if args.model_load_retry_count < 0:
+        problems.append("--model-load-retry-count must not be negative")
+    return problems
 
 
 def _list_plugins() -> int:
@@ -173,9 +307,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "plugins":
         return _list_plugins()
-    if not args.model_repository:
-        print("naiad serve: error: --model-repository is required (repeatable)", file=sys.stderr)
+    problems = _check(args)
+    try:
+        options, listeners = _options(args)
+    except ValueError as exc:  # a restriction that does not parse
+        problems.append(str(exc))
+    if problems:
+        for problem in problems:
+            print(f"naiad serve: error: {problem}", file=sys.stderr)
         return 2
     _configure_logging(args)
-    options, listeners = _options(args)
+    for line in tritonserver_flags.inert_given(args):
+        logging.getLogger("naiad").info("%s", line)
     return run(options, listeners, batch_scheduling=args.sched_batch)

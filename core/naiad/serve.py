@@ -12,12 +12,15 @@ import contextlib
 import logging
 import os
 import signal
+import socket
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+from naiad.frontends.grpc.options import GRPCOptions
 from naiad.frontends.http.app import HTTPFrontend
 from naiad.frontends.metrics import metrics_app
+from naiad.frontends.restrictions import Restriction
 from naiad.server import InferenceServer, ServerOptions
 
 log = logging.getLogger("naiad")
@@ -38,13 +41,59 @@ class Listeners:
     metrics_address: str = "0.0.0.0"
     metrics_port: int = 8002
     allow_metrics: bool = True
+    allow_cpu_metrics: bool = True
     http_server: str = "uvicorn"
+    reuse_http_port: bool = False
+    # Request headers whose names match this regular expression become request parameters.
+    http_header_forward_pattern: str = ""
+    # API group -> the header a request to it must carry.
+    http_restricted: dict[str, Restriction] = field(default_factory=dict)
+    grpc: GRPCOptions = field(default_factory=GRPCOptions)
+
+
+def bind_sockets(host: str, port: int, reuse_port: bool = False) -> list[socket.socket]:
+    """TCP sockets bound (not yet listening) to every address of ``host`` at ``port``, for
+    an HTTP listener to serve. With ``reuse_port`` (``--reuse-http-port``), SO_REUSEPORT:
+    processes that all set it may listen on one port, and the kernel spreads new
+    connections among them.
+
+    naiad binds rather than the HTTP server so that both servers can reuse ports and a
+    taken port is an OSError naming the address, raised before the HTTP server starts.
+    """
+    if reuse_port and not hasattr(socket, "SO_REUSEPORT"):
+        raise OSError("--reuse-http-port needs SO_REUSEPORT, which this system lacks")
+    try:
+        found = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM,
+                                   flags=socket.AI_PASSIVE)
+    except socket.gaierror as exc:
+        raise OSError(f"cannot resolve {host}: {exc}") from None
+    sockets: list[socket.socket] = []
+    try:
+        for family, kind, proto, _, address in dict.fromkeys(found):
+            sock = socket.socket(family, kind, proto)
+            sockets.append(sock)
+            # As asyncio's create_server does: restart on a port in TIME_WAIT, and keep an
+            # IPv6 socket off the IPv4 addresses another of these sockets binds.
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if reuse_port:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+            if family == socket.AF_INET6:
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            # Accepted connections inherit it, as hypercorn sets it on sockets of its own.
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            sock.bind(address)
+    except OSError as exc:
+        for sock in sockets:
+            sock.close()
+        how = " with SO_REUSEPORT" if reuse_port else ""
+        raise OSError(f"cannot listen on {host}:{port}{how}: {exc.strerror or exc}") from None
+    return sockets
 
 
 class _QuietUvicorn:
     """A uvicorn server that leaves signal handling to naiad."""
 
-    def __init__(self, app: Any, host: str, port: int) -> None:
+    def __init__(self, app: Any, host: str, port: int, reuse_port: bool = False) -> None:
         import uvicorn
 
         class Server(uvicorn.Server):
@@ -59,13 +108,15 @@ class _QuietUvicorn:
                                 timeout_graceful_shutdown=5, proxy_headers=False,
                                 server_header=False)
         self.server = Server(config)
+        self.host, self.port, self.reuse_port = host, port, reuse_port
         self.task: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
-        self.task = asyncio.create_task(self.server.serve())
+        sockets = bind_sockets(self.host, self.port, self.reuse_port)
+        self.task = asyncio.create_task(self.server.serve(sockets=sockets))
         while not self.server.started:
             if self.task.done():
-                self.task.result()  # raises the bind error
+                self.task.result()
                 raise RuntimeError("the HTTP server stopped during start-up")
             await asyncio.sleep(0.01)
 
@@ -76,12 +127,12 @@ class _QuietUvicorn:
 
 
 class _Hypercorn:
-    def __init__(self, app: Any, host: str, port: int) -> None:
+    def __init__(self, app: Any, host: str, port: int, reuse_port: bool = False) -> None:
         from hypercorn.config import Config
 
         self.app = app
         self.config = Config()
-        self.config.bind = [f"{host}:{port}"]
+        self.host, self.port, self.reuse_port = host, port, reuse_port
         self.config.accesslog = None
         self.config.errorlog = logging.getLogger("naiad.hypercorn")
         self.stopping = asyncio.Event()
@@ -90,6 +141,9 @@ class _Hypercorn:
     async def start(self) -> None:
         from hypercorn.asyncio import serve
 
+        # hypercorn serves inherited file descriptors ("fd://N"), whose sockets it then owns.
+        self.config.bind = [f"fd://{sock.detach()}"
+                            for sock in bind_sockets(self.host, self.port, self.reuse_port)]
         self.task = asyncio.create_task(
             serve(self.app, self.config, shutdown_trigger=self.stopping.wait))  # type: ignore[arg-type]
         await asyncio.sleep(0.05)
@@ -102,8 +156,10 @@ class _Hypercorn:
             await self.task
 
 
-def _http_listener(kind: str, app: Any, host: str, port: int) -> _QuietUvicorn | _Hypercorn:
-    return _QuietUvicorn(app, host, port) if kind == "uvicorn" else _Hypercorn(app, host, port)
+def _http_listener(kind: str, app: Any, host: str, port: int,
+                   reuse_port: bool = False) -> _QuietUvicorn | _Hypercorn:
+    listener = _QuietUvicorn if kind == "uvicorn" else _Hypercorn
+    return listener(app, host, port, reuse_port)
 
 
 async def serve(options: ServerOptions, listeners: Listeners) -> int:
@@ -121,23 +177,29 @@ async def serve(options: ServerOptions, listeners: Listeners) -> int:
         return 1
     started: list[Any] = []
     grpc_server = None
+    exit_code = 0
     try:
         if listeners.allow_grpc:
             from naiad.frontends.grpc import start_grpc_server
 
             grpc_server = await start_grpc_server(server, listeners.grpc_address,
-                                                  listeners.grpc_port)
+                                                  listeners.grpc_port, listeners.grpc)
             log.info("gRPC inference service at %s:%d", listeners.grpc_address,
                      listeners.grpc_port)
         if listeners.allow_http:
-            http = _http_listener(listeners.http_server, HTTPFrontend(server),
-                                  listeners.http_address, listeners.http_port)
+            frontend = HTTPFrontend(
+                server, restricted=listeners.http_restricted,
+                header_forward_pattern=listeners.http_header_forward_pattern)
+            http = _http_listener(listeners.http_server, frontend,
+                                  listeners.http_address, listeners.http_port,
+                                  listeners.reuse_http_port)
             await http.start()
             started.append(http)
             log.info("HTTP service at %s:%d (%s)", listeners.http_address, listeners.http_port,
                      listeners.http_server)
         if listeners.allow_metrics:
-            metrics = _http_listener("uvicorn", metrics_app(server), listeners.metrics_address,
+            metrics = _http_listener("uvicorn", metrics_app(server, listeners.allow_cpu_metrics),
+                                     listeners.metrics_address,
                                      listeners.metrics_port)
             await metrics.start()
             started.append(metrics)
@@ -145,6 +207,7 @@ async def serve(options: ServerOptions, listeners: Listeners) -> int:
                      listeners.metrics_port)
     except (OSError, SystemExit) as exc:
         log.error("failed to start a listener: %s", exc)
+        exit_code = 1
         stop.set()
     await stop.wait()
     log.info("shutting down")
@@ -153,7 +216,7 @@ async def serve(options: ServerOptions, listeners: Listeners) -> int:
         await grpc_server.stop(1.0)
     for listener in reversed(started):
         await listener.stop()
-    return 0
+    return exit_code
 
 
 def use_batch_scheduling() -> bool:

@@ -21,6 +21,7 @@ from naiad import __version__
 from naiad.datatypes import config_to_datatype
 from naiad.errors import InferenceServerError, Status, invalid_arg, unavailable
 from naiad.models.manager import LoadOptions, ModelManager, ModelVersion
+from naiad.models.poller import RepositoryPoller
 from naiad.plugins import PluginManager
 from naiad.repository.scan import scheme_of
 from naiad.scheduling.base import CancelHook
@@ -33,6 +34,9 @@ MIB = 1024 * 1024
 _SHUTTING_DOWN = "the server is shutting down and accepts no new requests"
 # How often shutdown looks whether the requests in flight have finished.
 IDLE_POLL_S = 0.01
+# Triton's answer to a load or unload request unless --model-control-mode=explicit (in
+# "none" mode too); clients and scripts look for this text.
+CONTROL_REFUSED = "explicit model load / unload is not allowed if polling is enabled"
 
 # The protocol extensions naiad implements (reported by GET /v2 and ServerMetadata).
 EXTENSIONS = [
@@ -65,6 +69,15 @@ class ServerOptions:
     # naiad only (``naiad serve`` sets it): keep what the models loaded out of the garbage
     # collector's full passes, see InferenceServer.settle_heap.
     freeze_heap: bool = False
+    # --id: the server's name in its metadata (Triton's default is "triton").
+    server_id: str = "naiad"
+    # --model-config-name: load <model>/configs/<name>.pbtxt where it exists.
+    model_config_name: str = ""
+    # Models loaded at once, and how often a failed load is tried again.
+    model_load_thread_count: int = 4
+    model_load_retry_count: int = 0
+    # --model-control-mode=poll: seconds between two scans of the repositories.
+    repository_poll_secs: int = 15
 
 
 class InferenceServer:
@@ -80,7 +93,14 @@ class InferenceServer:
             strict_model_config=options.strict_model_config,
             disable_auto_complete_config=options.disable_auto_complete_config,
             backend_config=options.backend_config,
+            config_name=options.model_config_name,
+            load_thread_count=options.model_load_thread_count,
+            load_retry_count=options.model_load_retry_count,
         ))
+        self.poller: RepositoryPoller | None = None
+        if options.model_control_mode == "poll":
+            self.poller = RepositoryPoller(self.models, options.repository_poll_secs,
+                                           after_change=self.settle_heap)
         self.shared_memory = SharedMemoryRegistry()
         self.live = False
         self.accepting = False
@@ -92,30 +112,26 @@ class InferenceServer:
     # --- lifecycle ----------------------------------------------------------------------
 
     async def start(self) -> None:
-        """Load the models the control mode asks for; with ``--exit-on-error`` a failed
-        model fails start-up."""
+        """Load the models the control mode asks for, ``--model-load-thread-count`` at a
+        time; with ``--exit-on-error`` a failed model fails start-up. In poll mode, then
+        follow the repositories' changes."""
         self.loop = asyncio.get_running_loop()
         self.live = True
         mode = self.options.model_control_mode
+        if self.poller is not None:
+            await self.poller.baseline()
         names = (list(self.models.discover()) if mode != "explicit"
                  else self._explicit_startup_models())
-        failed = []
-        for name in names:
-            loaded = self.models.models.get(name)
-            if loaded is not None:  # already loaded (or failed) as a step of an ensemble
-                if not loaded.versions:
-                    failed.append(f"{name}: " + "; ".join(
-                        reason for _, reason in loaded.states.values() if reason))
-                continue
-            try:
-                await self.models.load(name)
-            except InferenceServerError as exc:
-                failed.append(f"{name}: {exc.message}")
+        failures = await self.models.load_many(names)
+        failed = [f"{name}: {reason}" for name, reason in failures.items()]
         self.accepting = True
         self.settle_heap()
         if failed and self.options.exit_on_error:
             raise RuntimeError("models failed to load (--exit-on-error is true):\n  "
                                + "\n  ".join(failed))
+        if self.poller is not None:
+            self.poller.retry(list(failures))  # as Triton: tried again at every poll
+            self.poller.start()
 
     def _explicit_startup_models(self) -> list[str]:
         wanted = self.options.load_models
@@ -127,6 +143,8 @@ class InferenceServer:
         """Stop accepting inferences, wait for those in flight (up to ``timeout`` seconds),
         then unload every model."""
         self.accepting = False
+        if self.poller is not None:
+            await self.poller.stop()  # nothing loads or unloads behind the drain below
         if self.in_flight:
             log.info("waiting for %d in-flight request(s) (up to %s s)", self.in_flight, timeout)
             deadline = time.monotonic() + timeout
@@ -215,7 +233,8 @@ class InferenceServer:
     # --- metadata -----------------------------------------------------------------------
 
     def server_metadata(self) -> dict:
-        return {"name": "naiad", "version": __version__, "extensions": EXTENSIONS}
+        return {"name": self.options.server_id, "version": __version__,
+                "extensions": EXTENSIONS}
 
     def model_metadata(self, name: str, version: str = "") -> dict:
         model = self.models.get(name, version)
@@ -257,16 +276,18 @@ class InferenceServer:
 
     # --- repository ---------------------------------------------------------------------
 
-    def _check_control(self, action: str) -> None:
-        if self.options.model_control_mode != "explicit":
+    def _check_control(self) -> None:
+        # Triton refuses with UNAVAILABLE (HTTP 503) and this text in "none" and "poll" mode
+        # alike, whatever the model; naiad adds which mode it runs in.
+        mode = self.options.model_control_mode
+        if mode != "explicit":
             raise InferenceServerError(
-                f"explicit model {action} is not allowed when the model control mode is "
-                f"'{self.options.model_control_mode}' (start with --model-control-mode=explicit)",
-                Status.UNAVAILABLE)
+                f"{CONTROL_REFUSED} (the model control mode is '{mode}'; start with "
+                f"--model-control-mode=explicit)", Status.UNAVAILABLE)
 
     async def load_model(self, name: str, config: str | None = None,
                          files: dict[str, bytes] | None = None) -> None:
-        self._check_control("load")
+        self._check_control()
         if files:
             raise invalid_arg(f"failed to load '{name}': loading model files through the "
                               f"request is not supported")
@@ -281,7 +302,7 @@ class InferenceServer:
             self.settle_heap()
 
     async def unload_model(self, name: str) -> None:
-        self._check_control("unload")
+        self._check_control()
         try:
             await self.models.unload(name)
         finally:

@@ -90,8 +90,9 @@ class CpuUtilization:
         return max(0.0, min(1.0, 1 - (idle - last_idle) / (total - last_total)))
 
 
-def render_metrics(server: InferenceServer, cpu: CpuUtilization) -> str:
-    """The Prometheus text exposition of every loaded model version and the host."""
+def render_metrics(server: InferenceServer, cpu: CpuUtilization | None) -> str:
+    """The Prometheus text exposition of every loaded model version and, unless ``cpu`` is
+    None (``--allow-cpu-metrics=false``), of the host."""
     versions = [v for record in sorted(server.models.models.values(), key=lambda r: r.name)
                 for _, v in sorted(record.versions.items())]
     stats: list[ModelStats] = [v.stats for v in versions]
@@ -115,6 +116,8 @@ def render_metrics(server: InferenceServer, cpu: CpuUtilization) -> str:
             "Instantaneous number of pending requests awaiting execution per-model.", "gauge")
     lines.extend(f'nv_inference_pending_request_count{{model="{v.name}",version="{v.version}"}}'
                  f' {v.scheduler.pending()}' for v in versions)
+    if cpu is None:
+        return "\n".join(lines) + "\n"
     total, used = _memory()
     _family(lines, "nv_cpu_memory_total_bytes", "CPU total memory (RAM), in bytes", "gauge")
     lines.append(f"nv_cpu_memory_total_bytes {total}")
@@ -125,8 +128,8 @@ def render_metrics(server: InferenceServer, cpu: CpuUtilization) -> str:
     return "\n".join(lines) + "\n"
 
 
-def metrics_app(server: InferenceServer) -> Starlette:
-    cpu = CpuUtilization()
+def metrics_app(server: InferenceServer, cpu_metrics: bool = True) -> Starlette:
+    cpu = CpuUtilization() if cpu_metrics else None
 
     async def metrics(request: Request) -> Response:
         return Response(render_metrics(server, cpu), media_type="text/plain; charset=utf-8")

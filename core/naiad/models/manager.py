@@ -7,7 +7,9 @@ repository index and the log); every other model keeps serving.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -24,6 +26,7 @@ from naiad.models.instances import expand_instance_groups
 from naiad.models.loader import load_version, stop_workers
 from naiad.models.signature import ModelSignature
 from naiad.plugins import PluginManager
+from naiad.repository.fingerprint import ModelFingerprint, model_fingerprint
 from naiad.repository.scan import model_config_versions, model_folders
 from naiad.scheduling.base import Scheduler, SchedulingContext
 from naiad.stats import ModelStats
@@ -31,6 +34,11 @@ from naiad.stats import ModelStats
 log = logging.getLogger("naiad.models")
 
 READY, UNAVAILABLE, LOADING, UNLOADING = "READY", "UNAVAILABLE", "LOADING", "UNLOADING"
+
+# The names a :meth:`ModelManager.load_many` call has tried so far (shared by the tasks it
+# starts): a model loaded meanwhile as an ensemble's step is not loaded a second time.
+_BATCH: contextvars.ContextVar[set[str] | None] = contextvars.ContextVar("naiad_load_batch",
+                                                                         default=None)
 
 
 @dataclass(slots=True)
@@ -45,6 +53,9 @@ class ModelVersion:
     context: SchedulingContext
     stats: ModelStats
     config_json: dict
+    # The model folder as it was when this version loaded (poll mode keeps a version whose
+    # files and configuration did not change instead of loading it again).
+    fingerprint: ModelFingerprint | None = None
 
 
 @dataclass(slots=True)
@@ -67,6 +78,12 @@ class LoadOptions:
     disable_auto_complete_config: bool = False
     # backend name -> KEY=VALUE settings; "" holds those given for every backend
     backend_config: dict[str, dict[str, str]] = field(default_factory=dict)
+    # --model-config-name: read <model>/configs/<name>.pbtxt where it exists
+    config_name: str = ""
+    # --model-load-thread-count: model versions being created at the same time
+    load_thread_count: int = 4
+    # --model-load-retry-count: further attempts after a version failed to load
+    load_retry_count: int = 0
 
     def settings_for(self, backend: str) -> dict[str, str]:
         """The ``--backend-config`` settings one backend sees: the shared ones, overridden
@@ -84,8 +101,12 @@ class ModelManager:
         self.options = options
         self.models: dict[str, ModelRecord] = {}
         self._locks: dict[str, asyncio.Lock] = {}
-        # models being loaded right now (an ensemble loads its steps' models first)
-        self._loading: set[str] = set()
+        # Bounds the versions whose instances are being created at once, as Triton's pool
+        # of --model-load-thread-count loader threads does.
+        self._load_slots = asyncio.Semaphore(max(1, options.load_thread_count))
+        # ensemble being loaded -> the composing model whose load it waits for; a wait
+        # that would close a circle is skipped instead of deadlocking
+        self._waiting: dict[str, str] = {}
 
     # --- the request path ---------------------------------------------------------------
 
@@ -141,9 +162,15 @@ class ModelManager:
         return found
 
     def index(self, ready_only: bool = False) -> list[dict]:
-        """The repository index: every model (and version) with its state and reason."""
+        """The repository index: every model (and version) with its state and reason.
+
+        As in Triton, it lists the model folders the repositories hold now: a model whose
+        folder was removed is left out (even while it still serves, before a poll unloads
+        it); a name found in two repositories is listed with the reason it cannot load."""
         entries = []
-        for name in sorted(set(self.discover()) | set(self.models)):
+        names = set(self.discover()) | {name for name, record in self.models.items()
+                                        if record.path is None}
+        for name in sorted(names):
             record = self.models.get(name)
             if record is None or not record.states:
                 if not ready_only:
@@ -162,22 +189,58 @@ class ModelManager:
                 entries.append(entry)
         return entries
 
-    async def load_all(self) -> None:
-        for name in self.discover():
-            await self.load(name)
+    async def load_all(self) -> dict[str, str]:
+        return await self.load_many(list(self.discover()))
 
-    async def load(self, name: str, config_override: str | None = None) -> None:
+    async def load(self, name: str, config_override: str | None = None, *,
+                   reuse_unchanged: bool = False) -> None:
         """(Re)load model ``name``; new versions serve before old ones are retired.
-        Raises an error naming the model when the load fails (the record keeps the reason)."""
+        Raises an error naming the model when the load fails (the record keeps the reason).
+
+        ``reuse_unchanged`` keeps serving a version whose files and configuration are the
+        same as when it loaded, instead of loading it again (poll mode, as Triton)."""
+        await self._load(name, config_override, reuse_unchanged, once=False)
+
+    async def load_many(self, names: Iterable[str], *, reuse_unchanged: bool = False
+                        ) -> dict[str, str]:
+        """Load ``names`` at the same time (the versions being created at once are bounded
+        by ``load_thread_count``); return model name -> reason for those that failed."""
+        names = list(dict.fromkeys(names))
+        token = _BATCH.set(set())  # the tasks gather starts copy this context
+        try:
+            results = await asyncio.gather(
+                *(self._load(name, None, reuse_unchanged, once=True) for name in names),
+                return_exceptions=True)
+        finally:
+            _BATCH.reset(token)
+        failed = {}
+        for name, result in zip(names, results, strict=True):
+            if isinstance(result, InferenceServerError):
+                failed[name] = result.message
+            elif isinstance(result, BaseException):
+                raise result
+        return failed
+
+    async def _load(self, name: str, config_override: str | None, reuse: bool,
+                    once: bool) -> None:
         lock = self._locks.setdefault(name, asyncio.Lock())
         async with lock:
-            self._loading.add(name)
+            batch = _BATCH.get()
+            if once and batch is not None and name in batch:
+                # Loaded meanwhile as the step of an ensemble: report that outcome.
+                record = self.models.get(name)
+                if record is None or not record.versions:
+                    reason = _reason(record) if record is not None else ""
+                    raise unavailable(reason or f"model '{name}' failed to load")
+                return
             try:
-                await self._load_locked(name, config_override)
+                await self._load_locked(name, config_override, reuse)
             finally:
-                self._loading.discard(name)
+                if batch is not None:
+                    batch.add(name)
 
-    async def _load_locked(self, name: str, config_override: str | None) -> None:
+    async def _load_locked(self, name: str, config_override: str | None,
+                           reuse: bool = False) -> None:
         folders = self.discover()
         path = folders.get(name)
         if path is None:
@@ -189,8 +252,8 @@ class ModelManager:
         old = self.models.get(name)
         record = ModelRecord(name, path)
         try:
-            config, filled = await asyncio.to_thread(self._configure, name, path,
-                                                     config_override)
+            config, filled, fingerprint = await asyncio.to_thread(
+                self._configure_and_fingerprint, name, path, config_override)
             versions = model_config_versions(name, path, config)
         except InferenceServerError as exc:
             record.states[None] = (UNAVAILABLE, exc.message)
@@ -198,25 +261,38 @@ class ModelManager:
             log.error("failed to load model '%s': %s", name, exc.message)
             raise
         if config.platform == ENSEMBLE:
-            await self._load_steps(config)
+            await self._load_steps(name, config)
         config_json = config_to_json(config)
         log.info("model '%s' configuration%s:\n%s", name,
                  f" (auto-completed fields: {', '.join(filled)})" if filled else "",
                  json_format.MessageToJson(config, preserving_proto_field_name=True))
-        errors = []
-        for version in versions:
+
+        async def one(version: int) -> InferenceServerError | None:
+            kept = self._unchanged(old, version, config, config_json, fingerprint) \
+                if reuse else None
+            if kept is not None:
+                record.versions[version] = kept
+                record.states[version] = (READY, "")
+                log.info("model '%s' version %d is unchanged and keeps serving", name,
+                         version)
+                return None
             record.states[version] = (LOADING, "")
             try:
-                loaded = await self._load_version(name, version, path, config, config_json)
+                loaded = await self._load_version_retrying(name, version, path, config,
+                                                           config_json)
             except InferenceServerError as exc:
                 record.states[version] = (UNAVAILABLE, exc.message)
-                errors.append(exc)
                 log.error("failed to load model '%s' version %d: %s", name, version,
                           exc.message)
-                continue
+                return exc
+            loaded.fingerprint = fingerprint
             record.versions[version] = loaded
             record.states[version] = (READY, "")
             log.info("loaded model '%s' version %d", name, version)
+            return None
+
+        # Every version loads at once; the load slots bound how many create instances.
+        errors = [e for e in await asyncio.gather(*(one(v) for v in versions)) if e]
         if record.versions:
             record.latest = record.versions[max(record.versions)]
         self._install(name, record, old)
@@ -225,27 +301,51 @@ class ModelManager:
         if errors:
             raise errors[0]
 
-    async def _load_steps(self, config: ModelConfig) -> None:
+    async def _load_steps(self, name: str, config: ModelConfig) -> None:
         """Load the models an ensemble's steps call that are not loaded yet, as Triton does
-        (in explicit mode loading an ensemble loads its composing models)."""
+        (in explicit mode loading an ensemble loads its composing models). A composing
+        model another task is loading right now is waited for."""
         for step_model in dict.fromkeys(step.model_name
                                         for step in config.ensemble_scheduling.step):
             record = self.models.get(step_model)
-            if (record is not None and record.versions) or step_model in self._loading:
+            if (record is not None and record.versions) or self._closes_circle(name,
+                                                                               step_model):
                 continue
+            self._waiting[name] = step_model
             try:
-                await self.load(step_model)
+                await self._load(step_model, None, reuse=False, once=True)
             except InferenceServerError:
                 pass  # the ensemble's own check names the step that cannot be served
+            finally:
+                del self._waiting[name]
+
+    def _closes_circle(self, waiter: str, target: str) -> bool:
+        """Whether ``waiter`` waiting for ``target``'s load would wait for itself: ensembles
+        that call each other (directly or through others), or an ensemble calling itself."""
+        seen: set[str] = set()
+        current: str | None = target
+        while current is not None and current not in seen:
+            if current == waiter:
+                return True
+            seen.add(current)
+            current = self._waiting.get(current)
+        return False
 
     def _install(self, name: str, record: ModelRecord, old: ModelRecord | None) -> None:
-        # Keep serving old versions that failed to reload (Triton keeps the previous
-        # version of a model whose reload fails).
-        if old is not None and not record.versions and old.versions:
-            record.versions = dict(old.versions)
-            record.latest = old.latest
-            for version in old.versions:
-                record.states.setdefault(version, (READY, ""))
+        if old is not None:
+            # Keep serving old versions that failed to reload (Triton keeps the previous
+            # version of a model whose reload fails).
+            if not record.versions and old.versions:
+                record.versions = dict(old.versions)
+                record.latest = old.latest
+                for version in old.versions:
+                    record.states.setdefault(version, (READY, ""))
+            # A version that served before and is not loaded now (its folder was removed,
+            # or the version policy moved on) stays listed as unloaded, as in Triton.
+            for version, (state, reason) in old.states.items():
+                if version is not None and version not in record.states \
+                        and (state == READY or reason == "unloaded"):
+                    record.states[version] = (UNAVAILABLE, "unloaded")
         self.models[name] = record
 
     async def unload(self, name: str) -> None:
@@ -276,6 +376,14 @@ class ModelManager:
 
     # --- loading ------------------------------------------------------------------------
 
+    def _configure_and_fingerprint(self, name: str, path: Path, override: str | None
+                                   ) -> tuple[ModelConfig, list[str], ModelFingerprint]:
+        # The fingerprint first: a change made while the configuration is read then shows
+        # as a difference at the next poll instead of going unnoticed.
+        fingerprint = model_fingerprint(path)
+        config, filled = self._configure(name, path, override)
+        return config, filled, fingerprint
+
     def _configure(self, name: str, path: Path, override: str | None
                    ) -> tuple[ModelConfig, list[str]]:
         """Read, auto-complete, default and validate a model's config (in a worker thread)."""
@@ -288,7 +396,7 @@ class ModelManager:
                 raise invalid_arg(f"model '{name}': the config override is not a valid "
                                   f"model configuration: {exc}") from None
         else:
-            config = load_config_file(path)
+            config = load_config_file(path, options.config_name)
             if config is None:
                 if options.strict_model_config or options.disable_auto_complete_config:
                     raise invalid_arg(
@@ -303,8 +411,7 @@ class ModelManager:
             fill_defaults(config, name)
             validate_config(config, name)
             return config, sorted({f.name for f, _ in config.ListFields()} - before)
-        backend = self.plugins.backend(backend_name,
-                                       options.settings_for(backend_name))
+        backend = self.plugins.backend(backend_name, options.settings_for(backend_name))
         if not options.strict_model_config and not options.disable_auto_complete_config:
             try:
                 backend.auto_complete_config(config, path)
@@ -317,6 +424,39 @@ class ModelManager:
         validate_config(config, name)
         filled = sorted({f.name for f, _ in config.ListFields()} - before)
         return config, filled
+
+    def _unchanged(self, old: ModelRecord | None, version: int, config: ModelConfig,
+                   config_json: dict, fingerprint: ModelFingerprint) -> ModelVersion | None:
+        """The serving ``version`` of ``old`` when loading it again would change nothing:
+        same configuration, same files. Ensembles always load again, as in Triton."""
+        if old is None or config.platform == ENSEMBLE:
+            return None
+        serving = old.versions.get(version)
+        if serving is None or serving.fingerprint is None:
+            return None
+        if serving.config_json != config_json:
+            return None
+        if not serving.fingerprint.same_version_files(fingerprint, version):
+            return None
+        return serving
+
+    async def _load_version_retrying(self, name: str, version: int, path: Path,
+                                     config: ModelConfig, config_json: dict) -> ModelVersion:
+        """:meth:`_load_version` in a load slot, tried ``load_retry_count`` more times when
+        it fails (Triton retries creating the version, not reading its configuration)."""
+        attempts = 1 + max(0, self.options.load_retry_count)
+        for attempt in range(1, attempts + 1):
+            try:
+                if config.platform == ENSEMBLE:  # no instances to create: no slot needed
+                    return await self._load_version(name, version, path, config, config_json)
+                async with self._load_slots:
+                    return await self._load_version(name, version, path, config, config_json)
+            except InferenceServerError as exc:
+                if attempt == attempts:
+                    raise
+                log.warning("model '%s' version %d failed to load (attempt %d of %d), "
+                            "trying again: %s", name, version, attempt, attempts, exc.message)
+        raise AssertionError("unreachable")  # the loop returns or raises
 
     async def _load_version(self, name: str, version: int, path: Path, config: ModelConfig,
                             config_json: dict) -> ModelVersion:

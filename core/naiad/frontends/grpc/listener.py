@@ -9,17 +9,24 @@ the event loop twice. benchmarks/README.md has the figures.
 Each call in progress holds a thread of the pool, and each open ``ModelStreamInfer`` holds
 one for as long as it is open, so the pool is large: threads are made only when every
 existing one is busy.
+
+The ``--grpc-*`` flags (:class:`GRPCOptions`) become grpc channel arguments, TLS server
+credentials and, for ``--grpc-infer-response-compression-level``, a compression level.
 """
 
 from __future__ import annotations
 
 import asyncio
+import ssl
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import grpc
 from tritonclient.grpc import service_pb2
 
+from naiad.frontends.grpc.options import GRPCOptions
 from naiad.frontends.grpc.service import InferenceServicer
 
 if TYPE_CHECKING:
@@ -31,24 +38,47 @@ MAX_THREADS = 1024
 _SERVICE = service_pb2.DESCRIPTOR.services_by_name["GRPCInferenceService"]
 # The inference RPCs return serialized responses (ResponseEncoder): no serializer.
 _PRESERIALIZED = frozenset({"ModelInfer", "ModelStreamInfer"})
+# The RPCs whose responses --grpc-infer-response-compression-level compresses (Triton's).
+_COMPRESSED = _PRESERIALIZED
+# grpc_compression_level: GRPC_COMPRESS_LEVEL_NONE, _LOW, _MED, _HIGH.
+_LEVELS = {"none": 0, "low": 1, "medium": 2, "high": 3}
 
 
-def method_handlers(servicer: InferenceServicer) -> dict[str, grpc.RpcMethodHandler]:
+def _uncompressed(behavior: Callable[[Any, grpc.ServicerContext], Any]
+                  ) -> Callable[[Any, grpc.ServicerContext], Any]:
+    """``behavior``, sending its (unary) response uncompressed whatever the server's
+    default compression level."""
+
+    def call(request: Any, context: grpc.ServicerContext) -> Any:
+        context.disable_next_message_compression()
+        return behavior(request, context)
+
+    return call
+
+
+def method_handlers(servicer: InferenceServicer,
+                    compression: bool = False) -> dict[str, grpc.RpcMethodHandler]:
     """One handler per RPC of the service, as ``service_pb2_grpc`` registers them, except
-    that the inference RPCs send the bytes the servicer already encoded."""
+    that the inference RPCs send the bytes the servicer already encoded.
+
+    With ``compression`` (the server has a default compression level), the responses of
+    every RPC but the inference ones are sent uncompressed, as Triton compresses only those.
+    """
     handlers = {}
     for method in _SERVICE.methods:
         request_type = getattr(service_pb2, method.input_type.name)
         response_type = getattr(service_pb2, method.output_type.name)
         serializer = None if method.name in _PRESERIALIZED else response_type.SerializeToString
+        behavior = getattr(servicer, method.name)
         if method.client_streaming and method.server_streaming:
             make = grpc.stream_stream_rpc_method_handler
         elif method.client_streaming or method.server_streaming:  # pragma: no cover
             raise TypeError(f"unexpected streaming kind of RPC {method.name}")
         else:
             make = grpc.unary_unary_rpc_method_handler
-        handlers[method.name] = make(getattr(servicer, method.name),
-                                     request_deserializer=request_type.FromString,
+            if compression and method.name not in _COMPRESSED:
+                behavior = _uncompressed(behavior)
+        handlers[method.name] = make(behavior, request_deserializer=request_type.FromString,
                                      response_serializer=serializer)
     return handlers
 
@@ -57,6 +87,103 @@ def bind_address(address: str, port: int) -> str:
     if ":" in address and not address.startswith("["):
         return f"[{address}]:{port}"  # IPv6 literal
     return f"{address}:{port}"
+
+
+def channel_arguments(options: GRPCOptions, max_message_size: int) -> list[tuple[str, int]]:
+    """The grpc server's channel arguments for ``options`` (the names are grpc core's
+    ``GRPC_ARG_*``, include/grpc/impl/channel_arg_names.h)."""
+    arguments = [
+        ("grpc.max_receive_message_length", max_message_size),
+        ("grpc.max_send_message_length", max_message_size),
+        # Without --reuse-grpc-port, fail loudly when the port is taken instead of sharing
+        # it with another process.
+        ("grpc.so_reuseport", int(options.reuse_port)),
+        # Channelz traces every call for a debugging service naiad does not serve.
+        # (grpc.minimal_stack would save more, but it drops the message size limit.)
+        ("grpc.enable_channelz", 0),
+        ("grpc.keepalive_time_ms", options.keepalive_time_ms),
+        ("grpc.keepalive_timeout_ms", options.keepalive_timeout_ms),
+        # grpc 1.85's server waits for a keepalive ping's acknowledgement as long as for any
+        # ping's (grpc.http2.ping_timeout_ms, 1 minute), not keepalive_timeout_ms: without
+        # this, a silent peer is dropped after a minute whatever the flag says (Triton 2.51,
+        # on an older grpc, drops it after the keepalive timeout). A peer that acknowledges
+        # no ping for that long is as dead for grpc's other pings.
+        ("grpc.http2.ping_timeout_ms", options.keepalive_timeout_ms),
+        ("grpc.keepalive_permit_without_calls", int(options.keepalive_permit_without_calls)),
+        ("grpc.http2.max_pings_without_data", options.http2_max_pings_without_data),
+        # GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS: the server-side minimum
+        # (the similar grpc.http2.min_time_between_pings_ms is what a client sends at).
+        ("grpc.http2.min_ping_interval_without_data_ms",
+         options.http2_min_recv_ping_interval_without_data_ms),
+        ("grpc.http2.max_ping_strikes", options.http2_max_ping_strikes),
+    ]
+    # Like Triton, an unset or 0 age is not passed: grpc would take 0 as "close at once".
+    if options.max_connection_age_ms:
+        arguments.append(("grpc.max_connection_age_ms", options.max_connection_age_ms))
+    if options.max_connection_age_grace_ms:
+        arguments.append(("grpc.max_connection_age_grace_ms",
+                          options.max_connection_age_grace_ms))
+    level = _LEVELS[options.infer_response_compression_level]
+    if level:
+        # grpc core turns the level into an algorithm per call, among those the client
+        # says it accepts (grpc-accept-encoding), as Triton's per-call level does; the
+        # Python API has no per-call level, so it is the server's default and the other
+        # RPCs opt out (method_handlers).
+        arguments.append(("grpc.default_compression_level", level))
+    return arguments
+
+
+def _read_pem(flag: str, path: str) -> bytes:
+    if not path:
+        raise OSError(f"gRPC: TLS (--grpc-use-ssl) needs {flag}")
+    try:
+        data = Path(path).read_bytes()
+    except OSError as exc:
+        raise OSError(f"gRPC: cannot read {flag}={path}: {exc.strerror or exc}") from None
+    if b"-----BEGIN " not in data:
+        raise OSError(f"gRPC: {flag}={path} is not a PEM file")
+    return data
+
+
+def _check_pem(options: GRPCOptions) -> None:
+    """Fail with the flag at fault when a certificate or key cannot be used, rather than
+    with grpc's port binding error (or, worse, a failing handshake) that names neither."""
+    cert, key = options.server_cert, options.server_key
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    try:
+        context.load_verify_locations(cafile=cert)
+    except (ssl.SSLError, ValueError) as exc:
+        raise OSError(f"gRPC: --grpc-server-cert={cert} holds no valid PEM certificate: "
+                      f"{exc}") from None
+    try:
+        # A password-protected key fails here instead of prompting on the terminal.
+        context.load_cert_chain(cert, key, password=lambda: b"")
+    except (ssl.SSLError, ValueError) as exc:
+        raise OSError(f"gRPC: --grpc-server-key={key} is not a usable private key for "
+                      f"--grpc-server-cert={cert} (an unencrypted PEM key matching the "
+                      f"certificate): {exc}") from None
+    if options.use_ssl_mutual:
+        try:
+            context.load_verify_locations(cafile=options.root_cert)
+        except (ssl.SSLError, ValueError) as exc:
+            raise OSError(f"gRPC: --grpc-root-cert={options.root_cert} holds no valid PEM "
+                          f"certificate: {exc}") from None
+
+
+def server_credentials(options: GRPCOptions) -> grpc.ServerCredentials:
+    """TLS credentials from ``--grpc-server-cert``/``--grpc-server-key``; with
+    ``--grpc-use-ssl-mutual``, clients must present a certificate that ``--grpc-root-cert``
+    signed. Raises OSError naming the flag when a file is missing, unreadable or invalid."""
+    cert = _read_pem("--grpc-server-cert", options.server_cert)
+    key = _read_pem("--grpc-server-key", options.server_key)
+    root = None
+    if options.use_ssl_mutual:
+        if not options.root_cert:
+            raise OSError("gRPC: mutual TLS (--grpc-use-ssl-mutual) needs --grpc-root-cert")
+        root = _read_pem("--grpc-root-cert", options.root_cert)
+    _check_pem(options)
+    return grpc.ssl_server_credentials([(key, cert)], root_certificates=root,
+                                       require_client_auth=options.use_ssl_mutual)
 
 
 class GRPCListener:
@@ -73,39 +200,43 @@ class GRPCListener:
         self.pool.shutdown(wait=False)
 
 
-async def start_grpc_server(server: InferenceServer, address: str, port: int) -> GRPCListener:
-    """Serve ``server`` over gRPC on ``address:port`` (insecure); started on return. Call it
-    on the event loop the server runs on.
+async def start_grpc_server(server: InferenceServer, address: str, port: int,
+                            options: GRPCOptions | None = None) -> GRPCListener:
+    """Serve ``server`` over gRPC on ``address:port`` as ``options`` (the ``--grpc-*``
+    flags) say; started on return. Call it on the event loop the server runs on.
 
     Messages (both ways) may be as large as ``--http-max-input-size``; a larger request
-    gets RESOURCE_EXHAUSTED from grpc.
+    gets RESOURCE_EXHAUSTED from grpc. Raises OSError when the port cannot be bound or a
+    TLS file cannot be used.
     """
-    limit = server.options.max_input_size
+    options = options or GRPCOptions()
+    credentials = server_credentials(options) if options.use_ssl else None
     pool = ThreadPoolExecutor(max_workers=MAX_THREADS, thread_name_prefix="naiad-grpc")
-    grpc_server = grpc.server(pool, options=[
-        ("grpc.max_receive_message_length", limit),
-        ("grpc.max_send_message_length", limit),
-        # Fail loudly when the port is taken instead of sharing it with another process.
-        ("grpc.so_reuseport", 0),
-        # Channelz traces every call for a debugging service naiad does not serve.
-        # (grpc.minimal_stack would save more, but it drops the message size limit.)
-        ("grpc.enable_channelz", 0),
-    ])
-    handlers = method_handlers(InferenceServicer(server, asyncio.get_running_loop()))
+    grpc_server = grpc.server(
+        pool, options=channel_arguments(options, server.options.max_input_size))
+    compression = options.infer_response_compression_level != "none"
+    servicer = InferenceServicer(server, asyncio.get_running_loop(),
+                                 restricted=options.restricted,
+                                 header_forward_pattern=options.header_forward_pattern)
+    handlers = method_handlers(servicer, compression)
     grpc_server.add_generic_rpc_handlers(
         (grpc.method_handlers_generic_handler(_SERVICE.full_name, handlers),))
     grpc_server.add_registered_method_handlers(_SERVICE.full_name, handlers)
     target = bind_address(address, port)
+    tls = " with TLS" if credentials is not None else ""
     try:
-        bound = grpc_server.add_insecure_port(target)
+        if credentials is None:
+            bound = grpc_server.add_insecure_port(target)
+        else:
+            bound = grpc_server.add_secure_port(target, credentials)
     except RuntimeError as exc:
         pool.shutdown(wait=False)
-        raise OSError(f"gRPC: cannot listen on {target}: {exc}") from None
+        raise OSError(f"gRPC: cannot listen on {target}{tls}: {exc}") from None
     if not bound:
         pool.shutdown(wait=False)
-        raise OSError(f"gRPC: cannot listen on {target}")
+        raise OSError(f"gRPC: cannot listen on {target}{tls}")
     grpc_server.start()
     return GRPCListener(grpc_server, pool)
 
 
-__all__ = ["GRPCListener", "start_grpc_server"]
+__all__ = ["GRPCListener", "channel_arguments", "server_credentials", "start_grpc_server"]

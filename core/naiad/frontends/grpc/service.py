@@ -10,6 +10,10 @@ Every RPC turns an :class:`InferenceServerError` into the gRPC status that
 becomes INTERNAL and the server keeps serving. ``ModelStreamInfer`` answers each request of
 the stream in order with a ``ModelStreamInferResponse``; a failed request puts its message
 in ``error_message`` and the stream goes on, as tritonserver does.
+
+Endpoint restrictions (``--grpc-restricted-protocol``) are resolved when the servicer is
+built: each RPC of a restricted API group is replaced, on that instance, by a guard that
+checks the call's metadata first; the others are left untouched.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from google.protobuf import json_format
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 
 from naiad.errors import InferenceServerError, grpc_status, invalid_arg, unsupported
+from naiad.frontends.forwarding import header_forwarder
 from naiad.frontends.grpc.codec import (
     ResponseEncoder,
     decode_request,
@@ -35,6 +40,7 @@ from naiad.frontends.grpc.codec import (
     stream_error,
     stream_response,
 )
+from naiad.frontends.restrictions import GRPCRequirement, Restriction, grpc_requirements
 
 if TYPE_CHECKING:
     from naiad.server import InferenceServer
@@ -44,6 +50,8 @@ log = logging.getLogger("naiad.grpc")
 pb = service_pb2
 _INTERNAL = grpc.StatusCode.INTERNAL
 _NO_CUDA = "CUDA shared memory is not supported: this server has no GPU"
+# tritonserver's status for a call of a restricted API without the header (2.51).
+_REFUSED = grpc.StatusCode.UNAVAILABLE
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -67,15 +75,52 @@ def _on_loop(method: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
+def _guard(method: Callable[..., Any], requirement: GRPCRequirement) -> Callable[..., Any]:
+    """``method`` (a bound RPC), refusing calls without the restricted header."""
+
+    def guarded(request: Any, context: grpc.ServicerContext) -> Any:
+        if not requirement.met_by(context.invocation_metadata()):
+            context.abort(_REFUSED, requirement.refusal)
+        return method(request, context)
+
+    return guarded
+
+
+def _guard_stream(method: Callable[..., Iterator[Any]],
+                  requirement: GRPCRequirement) -> Callable[..., Iterator[Any]]:
+    """The same for a streaming RPC: the handler must stay a generator."""
+
+    def guarded(requests: Iterator[Any], context: grpc.ServicerContext) -> Iterator[Any]:
+        if not requirement.met_by(context.invocation_metadata()):
+            context.abort(_REFUSED, requirement.refusal)
+        yield from method(requests, context)
+
+    return guarded
+
+
 class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
     """The servicer: decode, call :class:`InferenceServer`, encode. ``loop`` is the event
-    loop the server runs on."""
+    loop the server runs on.
 
-    def __init__(self, server: InferenceServer, loop: asyncio.AbstractEventLoop) -> None:
+    ``restricted`` maps API groups to the header their calls must carry
+    (``--grpc-restricted-protocol``, the metadata key is ``triton-grpc-protocol-<key>``);
+    metadata whose keys match ``header_forward_pattern`` become parameters of inference
+    requests (``--grpc-header-forward-pattern``). Both are off by default.
+    """
+
+    def __init__(self, server: InferenceServer, loop: asyncio.AbstractEventLoop, *,
+                 restricted: dict[str, Restriction] | None = None,
+                 header_forward_pattern: str = "") -> None:
         self.server = server
         self.loop = loop
         self.shm = server.shared_memory
         self.encoder = ResponseEncoder(server.shared_memory)
+        self.forwarder = header_forwarder(header_forward_pattern)
+        # The server looks each handler up on the instance (listener.method_handlers), so
+        # an instance attribute replaces the RPC for this servicer only.
+        for rpc, requirement in grpc_requirements(restricted or {}).items():
+            guard = _guard_stream if rpc == "ModelStreamInfer" else _guard
+            setattr(self, rpc, guard(getattr(self, rpc), requirement))
 
     # --- inference (hot path) -----------------------------------------------------------
 
@@ -86,6 +131,9 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
             model = server.model(request.model_name, request.model_version)
             infer_request, to_shm = decode_request(model.name, model.version, request,
                                                    self.shm)
+            if self.forwarder is not None:
+                infer_request.parameters.update(
+                    self.forwarder.from_grpc(context.invocation_metadata()))
             response = server.infer_blocking(model, infer_request, context.add_callback)
             return self.encoder.encode(infer_request, response, to_shm)
         except InferenceServerError as err:
@@ -99,12 +147,14 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
                                      f"{type(exc).__name__}: {exc}")
         raise AssertionError("unreachable: context.abort raises")
 
-    async def _stream_one(self, request: Any) -> bytes:
+    async def _stream_one(self, request: Any, forwarded: dict[str, str] | None) -> bytes:
         server = self.server
         try:
             model = server.model(request.model_name, request.model_version)
             infer_request, to_shm = decode_request(model.name, model.version, request,
                                                    self.shm)
+            if forwarded:
+                infer_request.parameters.update(forwarded)
             response = await server.infer(model, infer_request)
             return stream_response(self.encoder.encode(infer_request, response, to_shm))
         except InferenceServerError as err:
@@ -121,7 +171,10 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
         # concurrently on the event loop; a reader thread takes them off the stream while
         # this generator sends the answers, in request order.
         answers: queue.SimpleQueue[Future[bytes] | None] = queue.SimpleQueue()
-        threading.Thread(target=self._read_stream, args=(request_iterator, answers),
+        # The stream's metadata comes once, with the call: every request of it gets it.
+        forwarded = (None if self.forwarder is None
+                     else self.forwarder.from_grpc(context.invocation_metadata()))
+        threading.Thread(target=self._read_stream, args=(request_iterator, answers, forwarded),
                          name="naiad-grpc-stream", daemon=True).start()
         try:
             while (answer := answers.get()) is not None:
@@ -137,11 +190,12 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
                     answer.cancel()
 
     def _read_stream(self, requests: Iterator[Any],
-                     answers: queue.SimpleQueue[Future[bytes] | None]) -> None:
+                     answers: queue.SimpleQueue[Future[bytes] | None],
+                     forwarded: dict[str, str] | None) -> None:
         try:
             for request in requests:
-                answers.put(asyncio.run_coroutine_threadsafe(self._stream_one(request),
-                                                             self.loop))
+                answers.put(asyncio.run_coroutine_threadsafe(
+                    self._stream_one(request, forwarded), self.loop))
         except grpc.RpcError:
             pass  # the client cancelled or the call ended: gRPC ends the stream
         finally:

@@ -2,11 +2,16 @@
 
 ``POST .../infer`` is matched by hand before Starlette's router: it is the one path whose
 per-request cost decides throughput. Every other endpoint is an ordinary Starlette route.
+
+Endpoint restrictions (``--http-restricted-api``) are resolved once, when the application
+is built: a route of a restricted API group checks the header before anything else (even
+before the method, as tritonserver does); an unrestricted one does no extra work.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from typing import Any
 
@@ -16,10 +21,18 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
+from starlette.types import Receive, Scope, Send
 
 from naiad.errors import InferenceServerError, Status, http_status, invalid_arg
+from naiad.frontends.forwarding import header_forwarder
 from naiad.frontends.http.body import compress, decompress, pick_encoding, read_body
 from naiad.frontends.http.codec import HEADER_LENGTH, decode_request, encode_response, error_body
+from naiad.frontends.restrictions import (
+    HTTP_REFUSAL_STATUS,
+    HTTPRequirement,
+    Restriction,
+    http_requirements,
+)
 from naiad.models.manager import ModelVersion
 from naiad.server import InferenceServer
 from naiad.types import InferenceRequest, InferenceResponse
@@ -85,12 +98,43 @@ def _split_infer_path(path: str) -> tuple[str, str] | None:
     return None
 
 
-class HTTPFrontend:
-    """The ASGI application. ``server`` is the protocol-free core."""
+class _RestrictedRoute(Route):
+    """A route of a restricted API group: without the header, the request is refused."""
 
-    def __init__(self, server: InferenceServer) -> None:
+    def __init__(self, path: str, endpoint: Any, *, methods: list[str] | None,
+                 requirement: HTTPRequirement) -> None:
+        super().__init__(path, endpoint, methods=methods)
+        self.requirement = requirement
+
+    async def handle(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if self.requirement.met_by(scope["headers"]):
+            await super().handle(scope, receive, send)
+        else:
+            await _refuse(send, self.requirement)
+
+
+class HTTPFrontend:
+    """The ASGI application. ``server`` is the protocol-free core.
+
+    ``restricted`` maps API groups to the header their requests must carry
+    (``--http-restricted-api``); request headers whose names match
+    ``header_forward_pattern`` become parameters of inference requests
+    (``--http-header-forward-pattern``). Both are off by default.
+    """
+
+    def __init__(self, server: InferenceServer, *,
+                 restricted: dict[str, Restriction] | None = None,
+                 header_forward_pattern: str = "") -> None:
         self.server = server
         self.limit = server.options.max_input_size
+        self.requirements = http_requirements(restricted or {})
+        self.forwarder = header_forwarder(header_forward_pattern)
+        inference = self.requirements.get("inference")
+        if inference is not None:
+            # Shadows the method for this instance only: unrestricted servers keep the
+            # plain hot path.
+            guarded = functools.partial(self._restricted_infer, inference)
+            self._infer = guarded  # type: ignore[method-assign]
         self.router = Starlette(routes=self._routes(),
                                 exception_handlers={HTTPException: _http_exception})
 
@@ -104,6 +148,13 @@ class HTTPFrontend:
         await self.router(scope, receive, send)
 
     # --- inference (hot path) -----------------------------------------------------------
+
+    async def _restricted_infer(self, requirement: HTTPRequirement, scope: dict, receive: Any,
+                                send: Any, model_name: str, version: str) -> None:
+        if requirement.met_by(scope["headers"]):
+            await HTTPFrontend._infer(self, scope, receive, send, model_name, version)
+        else:
+            await _refuse(send, requirement)
 
     async def _infer(self, scope: dict, receive: Any, send: Any, model_name: str,
                      version: str) -> None:
@@ -131,6 +182,8 @@ class HTTPFrontend:
                 header_length = int(header_length)
             request = decode_request(model_name, model.version, body, header_length,
                                      server.shared_memory)
+            if self.forwarder is not None:
+                request.parameters.update(self.forwarder.from_http(scope["headers"]))
             if model.scheduler.holds_requests:
                 response = await _infer_while_connected(server, model, request, receive)
                 if response is None:
@@ -155,41 +208,54 @@ class HTTPFrontend:
     # --- everything else ----------------------------------------------------------------
 
     def _routes(self) -> list[Route]:
-        return [
-            Route("/v2/health/live", self.live),
-            Route("/v2/health/ready", self.ready),
-            Route("/v2", self.metadata),
-            Route("/v2/models/stats", self.stats),
-            Route("/v2/models/{model}", self.model_metadata),
-            Route("/v2/models/{model}/versions/{version}", self.model_metadata),
-            Route("/v2/models/{model}/ready", self.model_ready),
-            Route("/v2/models/{model}/versions/{version}/ready", self.model_ready),
-            Route("/v2/models/{model}/config", self.model_config),
-            Route("/v2/models/{model}/versions/{version}/config", self.model_config),
-            Route("/v2/models/{model}/stats", self.stats),
-            Route("/v2/models/{model}/versions/{version}/stats", self.stats),
+        get, post = None, ["POST"]  # None: Starlette's default, GET and HEAD
+        # (path, endpoint, methods, API group as tritonserver groups them)
+        table = [
+            ("/v2/health/live", self.live, get, "health"),
+            ("/v2/health/ready", self.ready, get, "health"),
+            ("/v2", self.metadata, get, "metadata"),
+            ("/v2/models/stats", self.stats, get, "statistics"),
+            ("/v2/models/{model}", self.model_metadata, get, "metadata"),
+            ("/v2/models/{model}/versions/{version}", self.model_metadata, get, "metadata"),
+            ("/v2/models/{model}/ready", self.model_ready, get, "health"),
+            ("/v2/models/{model}/versions/{version}/ready", self.model_ready, get, "health"),
+            ("/v2/models/{model}/config", self.model_config, get, "model-config"),
+            ("/v2/models/{model}/versions/{version}/config", self.model_config, get,
+             "model-config"),
+            ("/v2/models/{model}/stats", self.stats, get, "statistics"),
+            ("/v2/models/{model}/versions/{version}/stats", self.stats, get, "statistics"),
             # POSTs never get here (__call__ takes them); other methods get Starlette's 405.
-            Route("/v2/models/{model}/infer", _unreachable, methods=["POST"]),
-            Route("/v2/models/{model}/versions/{version}/infer", _unreachable,
-                  methods=["POST"]),
-            Route("/v2/repository/index", self.repository_index, methods=["POST"]),
-            Route("/v2/repository/models/{model}/load", self.load, methods=["POST"]),
-            Route("/v2/repository/models/{model}/unload", self.unload, methods=["POST"]),
-            Route("/v2/systemsharedmemory/status", self.shm_status),
-            Route("/v2/systemsharedmemory/region/{region}/status", self.shm_status),
-            Route("/v2/systemsharedmemory/region/{region}/register", self.shm_register,
-                  methods=["POST"]),
-            Route("/v2/systemsharedmemory/unregister", self.shm_unregister, methods=["POST"]),
-            Route("/v2/systemsharedmemory/region/{region}/unregister", self.shm_unregister,
-                  methods=["POST"]),
-            Route("/v2/cudasharedmemory/status", self.cuda_shm),
-            Route("/v2/cudasharedmemory/region/{region}/status", self.cuda_shm),
-            Route("/v2/cudasharedmemory/region/{region}/register", self.cuda_shm,
-                  methods=["POST"]),
-            Route("/v2/cudasharedmemory/unregister", self.cuda_shm, methods=["POST"]),
-            Route("/v2/cudasharedmemory/region/{region}/unregister", self.cuda_shm,
-                  methods=["POST"]),
+            ("/v2/models/{model}/infer", _unreachable, post, "inference"),
+            ("/v2/models/{model}/versions/{version}/infer", _unreachable, post, "inference"),
+            ("/v2/repository/index", self.repository_index, post, "model-repository"),
+            ("/v2/repository/models/{model}/load", self.load, post, "model-repository"),
+            ("/v2/repository/models/{model}/unload", self.unload, post, "model-repository"),
+            ("/v2/systemsharedmemory/status", self.shm_status, get, "shared-memory"),
+            ("/v2/systemsharedmemory/region/{region}/status", self.shm_status, get,
+             "shared-memory"),
+            ("/v2/systemsharedmemory/region/{region}/register", self.shm_register, post,
+             "shared-memory"),
+            ("/v2/systemsharedmemory/unregister", self.shm_unregister, post, "shared-memory"),
+            ("/v2/systemsharedmemory/region/{region}/unregister", self.shm_unregister, post,
+             "shared-memory"),
+            ("/v2/cudasharedmemory/status", self.cuda_shm, get, "shared-memory"),
+            ("/v2/cudasharedmemory/region/{region}/status", self.cuda_shm, get,
+             "shared-memory"),
+            ("/v2/cudasharedmemory/region/{region}/register", self.cuda_shm, post,
+             "shared-memory"),
+            ("/v2/cudasharedmemory/unregister", self.cuda_shm, post, "shared-memory"),
+            ("/v2/cudasharedmemory/region/{region}/unregister", self.cuda_shm, post,
+             "shared-memory"),
         ]
+        routes = []
+        for path, endpoint, methods, group in table:
+            requirement = self.requirements.get(group)
+            if requirement is None:
+                routes.append(Route(path, endpoint, methods=methods))
+            else:
+                routes.append(_RestrictedRoute(path, endpoint, methods=methods,
+                                               requirement=requirement))
+        return routes
 
     async def live(self, request: Request) -> Response:
         return Response(status_code=200 if self.server.live else 400)
@@ -300,6 +366,11 @@ class HTTPFrontend:
 
 async def _unreachable(request: Request) -> Response:  # pragma: no cover
     raise AssertionError("POST .../infer is answered by HTTPFrontend.__call__")
+
+
+async def _refuse(send: Any, requirement: HTTPRequirement) -> None:
+    """The answer tritonserver gives a request to a restricted API without its header."""
+    await _send(send, HTTP_REFUSAL_STATUS, requirement.refusal, None, None)
 
 
 async def _send(send: Any, status: int, body: bytes, json_length: int | None,

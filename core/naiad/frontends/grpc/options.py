@@ -1,0 +1,38 @@
+"""The gRPC listener's settings: tritonserver's ``--grpc-*`` flags, with its defaults."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from naiad.frontends.restrictions import Restriction
+
+COMPRESSION_LEVELS = ("none", "low", "medium", "high")
+
+
+@dataclass
+class GRPCOptions:
+    """How the gRPC endpoint listens, secures, compresses and keeps connections alive."""
+
+    reuse_port: bool = False
+    # TLS: a server certificate and key; with ``use_ssl_mutual`` clients must present a
+    # certificate signed by ``root_cert`` (PEM file paths).
+    use_ssl: bool = False
+    use_ssl_mutual: bool = False
+    server_cert: str = ""
+    server_key: str = ""
+    root_cert: str = ""
+    # The compression of inference responses: none, low, medium or high.
+    infer_response_compression_level: str = "none"
+    # Keepalive and connection age, in milliseconds (grpc's channel arguments); None: unset.
+    keepalive_time_ms: int = 7_200_000
+    keepalive_timeout_ms: int = 20_000
+    keepalive_permit_without_calls: bool = False
+    http2_max_pings_without_data: int = 2
+    http2_min_recv_ping_interval_without_data_ms: int = 300_000
+    http2_max_ping_strikes: int = 2
+    max_connection_age_ms: int | None = None
+    max_connection_age_grace_ms: int | None = None
+    # Request headers whose names match this regular expression become request parameters.
+    header_forward_pattern: str = ""
+    # API group -> the header a request to it must carry (``triton-grpc-protocol-<key>``).
+    restricted: dict[str, Restriction] = field(default_factory=dict)
