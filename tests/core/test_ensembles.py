@@ -401,14 +401,37 @@ def test_loading_an_ensemble_loads_its_steps_models(explicit_server, protocol):
         result = infer(explicit_server, protocol, "pipeline", INPUT0=a, INPUT1=b)
         np.testing.assert_array_equal(result.as_numpy("OUTPUT"), expected)
 
+        # As in Triton, unloading a composing model unloads the ensemble that calls it...
         client.unload_model("mul")
         assert not client.is_model_ready("mul")
+        assert not client.is_model_ready("pipeline")
         assert client.is_model_ready("add_sub")
-        statuses = ("404", "503", "StatusCode.NOT_FOUND", "StatusCode.UNAVAILABLE")
+        assert index_states(client)["pipeline"] == ("UNAVAILABLE", "unloaded")
         fails(lambda: infer(explicit_server, protocol, "pipeline", INPUT0=a, INPUT1=b),
-              statuses, "ensemble 'pipeline'", "step 1", "model 'mul'")
+              ("400", "404", "StatusCode.NOT_FOUND", "StatusCode.UNAVAILABLE"), "pipeline")
 
+        # ...and loading it again loads the ensemble again.
         client.load_model("mul")
         assert client.is_model_ready("mul")
+        assert client.is_model_ready("pipeline")
         result = infer(explicit_server, protocol, "pipeline", INPUT0=a, INPUT1=b)
         np.testing.assert_array_equal(result.as_numpy("OUTPUT"), expected)
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_an_ensemble_unloaded_on_purpose_stays_unloaded(explicit_server, protocol):
+    with client_for(explicit_server, protocol) as client:
+        client.load_model("pipeline")
+        client.unload_model("pipeline")
+        client.unload_model("mul")
+        client.load_model("mul")
+        assert client.is_model_ready("mul")
+        assert not client.is_model_ready("pipeline")
+
+
+def index_states(client) -> dict[str, tuple[str, str]]:
+    """model name -> (state, reason) from the repository index, either client."""
+    index = client.get_model_repository_index()
+    if isinstance(index, list):  # http: a list of dicts
+        return {m["name"]: (m.get("state", ""), m.get("reason", "")) for m in index}
+    return {m.name: (m.state, m.reason) for m in index.models}

@@ -107,6 +107,8 @@ class ModelManager:
         # ensemble being loaded -> the composing model whose load it waits for; a wait
         # that would close a circle is skipped instead of deadlocking
         self._waiting: dict[str, str] = {}
+        # model -> the ensembles that unloading it unloaded, to load again when it loads
+        self._unloaded_with: dict[str, set[str]] = {}
 
     # --- the request path ---------------------------------------------------------------
 
@@ -200,6 +202,7 @@ class ModelManager:
         ``reuse_unchanged`` keeps serving a version whose files and configuration are the
         same as when it loaded, instead of loading it again (poll mode, as Triton)."""
         await self._load(name, config_override, reuse_unchanged, once=False)
+        await self._reload_dependents(name)
 
     async def load_many(self, names: Iterable[str], *, reuse_unchanged: bool = False
                         ) -> dict[str, str]:
@@ -219,6 +222,9 @@ class ModelManager:
                 failed[name] = result.message
             elif isinstance(result, BaseException):
                 raise result
+        for name in names:
+            if name not in failed:
+                await self._reload_dependents(name)
         return failed
 
     async def _load(self, name: str, config_override: str | None, reuse: bool,
@@ -349,16 +355,57 @@ class ModelManager:
         self.models[name] = record
 
     async def unload(self, name: str) -> None:
+        """Unload ``name`` and, as Triton does, every loaded ensemble that calls it (directly
+        or through other ensembles). Those ensembles load again when ``name`` does."""
+        for dependents in self._unloaded_with.values():
+            dependents.discard(name)  # unloaded on purpose: no composing model brings it back
+        await self._unload_with_dependents(name, set())
+
+    async def _unload_with_dependents(self, name: str, seen: set[str]) -> None:
+        # The ensembles go first, so that none is left calling a model that is gone.
+        seen.add(name)
+        record = self.models.get(name)
+        if record is None or not record.versions:
+            return  # nothing loaded: unloading succeeds, as in Triton
+        for ensemble in self._ensembles_calling(name):
+            self._unloaded_with.setdefault(name, set()).add(ensemble)
+            if ensemble not in seen:  # ensembles may call each other
+                log.info("unloading ensemble '%s': it calls model '%s'", ensemble, name)
+                await self._unload_with_dependents(ensemble, seen)
+        await self._unload(name)
+
+    async def _unload(self, name: str) -> None:
         lock = self._locks.setdefault(name, asyncio.Lock())
         async with lock:
             record = self.models.get(name)
             if record is None or not record.versions:
-                return  # nothing loaded: unloading succeeds, as in Triton
+                return
             unloaded = ModelRecord(name, record.path, states={
                 v: (UNAVAILABLE, "unloaded") for v in (record.versions or [None])})
             self.models[name] = unloaded
             await self._retire(record, keep=None)
             log.info("unloaded model '%s'", name)
+
+    def _ensembles_calling(self, name: str) -> list[str]:
+        """The loaded ensembles with a step that calls model ``name``."""
+        return sorted(
+            record.name for record in self.models.values()
+            if record.latest is not None and record.latest.config.platform == ENSEMBLE
+            and any(step.model_name == name
+                    for step in record.latest.config.ensemble_scheduling.step))
+
+    async def _reload_dependents(self, name: str) -> None:
+        """Load again the ensembles that unloading ``name`` took down (Triton does)."""
+        for ensemble in sorted(self._unloaded_with.pop(name, ())):
+            record = self.models.get(ensemble)
+            if record is not None and record.versions:
+                continue  # loaded again meanwhile
+            log.info("loading ensemble '%s' again: model '%s' is back", ensemble, name)
+            try:
+                await self._load(ensemble, None, reuse=False, once=False)
+            except InferenceServerError:
+                continue  # its record says why; the load logged it
+            await self._reload_dependents(ensemble)
 
     async def unload_all(self) -> None:
         for name in list(self.models):
