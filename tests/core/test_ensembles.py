@@ -144,6 +144,11 @@ ENSEMBLES = {
     "bad_datatype": ensemble_config(
         "bad_datatype", "X:INT32", "Y:FP32",
         [step("identity", {"INPUT0": "X"}, {"OUTPUT0": "Y"})], dims="-1"),
+    # add_sub takes [4]; the ensemble hands it [3]
+    "bad_shape": ensemble_config(
+        "bad_shape", "INPUT0:FP32 INPUT1:FP32", "Y:FP32",
+        [step("add_sub", {"INPUT0": "INPUT0", "INPUT1": "INPUT1"}, {"OUTPUT0": "Y"})],
+        dims="3"),
     "bad_broken_step": ensemble_config(
         "bad_broken_step", "X:FP32", "Y:FP32",
         [step("broken_init", {"INPUT0": "X"}, {"OUTPUT0": "Y"})], dims="-1"),
@@ -346,6 +351,8 @@ LOAD_FAILURES = {
     "bad_input_name": ("step 0 (model 'add_sub')", "'NOPE'", "does not have"),
     "bad_datatype": ("step 0 (model 'identity')", "'X'", "INT32", "FP32"),
     "bad_broken_step": ("step 0 (model 'broken_init')", "deliberate failure in initialize"),
+    "bad_shape": ("ensemble tensor 'INPUT0'", "inconsistent shape", "[3]",
+                  "step 0 (model 'add_sub'), input 'INPUT0'", "[4]"),
 }
 
 

@@ -6,6 +6,8 @@ also sees the signatures of the models the steps call, through a lookup.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import tritonclient.grpc.model_config_pb2 as mc
 from expect import rejected
@@ -300,3 +302,55 @@ def test_a_batching_ensemble_needs_batching_steps():
     unavailable(lambda: check_steps(build_plan(config), config, lookup_of(ADD_SUB, MUL)),
                 "ensemble 'ens'", "batches of up to 8", "step 0 (model 'add_sub')",
                 "allows 0")
+
+
+# --- shapes along the edges ------------------------------------------------------------------
+
+
+def shaped_model(name: str, inputs: str, outputs: str, dims: str,
+                 max_batch_size: int = 0) -> ModelSignature:
+    """A composing model whose tensors (``NAME:TYPE`` lists) all have ``dims``."""
+    def tensors(spec: str) -> str:
+        return ", ".join(f'{{ name: "{n}", data_type: TYPE_{t}, dims: [ {dims} ] }}'
+                         for n, t in (item.split(":") for item in spec.split()))
+    text = f"""
+        name: "{name}"
+        backend: "python"
+        max_batch_size: {max_batch_size}
+        input [ {tensors(inputs)} ]
+        output [ {tensors(outputs)} ]
+    """
+    return ModelSignature(name, text_format.Parse(text, mc.ModelConfig()))
+
+
+def test_a_shape_mismatch_between_steps_names_both_ends():
+    narrow_mul = shaped_model("mul", "A:FP32 B:FP32", "PRODUCT:FP32", "3")
+    unavailable(lambda: check_steps(build_plan(PIPELINE), PIPELINE,
+                                    lookup_of(ADD_SUB, narrow_mul)),
+                "ensemble 'pipeline'", "tensor 'sum'", "inconsistent shape",
+                "[4] from step 0 (model 'add_sub'), output 'OUTPUT0'",
+                "[3] for step 1 (model 'mul'), input 'A'")
+
+
+def test_a_variable_dimension_matches_any_size():
+    any_mul = shaped_model("mul", "A:FP32 B:FP32", "PRODUCT:FP32", "-1")
+    check_steps(build_plan(PIPELINE), PIPELINE, lookup_of(ADD_SUB, any_mul))
+
+
+def test_a_batching_step_needs_the_batch_dimension_from_a_non_batching_ensemble():
+    # The ensemble hands add_sub [4]; a batching add_sub reads [-1,4] (batch first).
+    batching_add_sub = shaped_model("add_sub", "INPUT0:FP32 INPUT1:FP32",
+                                    "OUTPUT0:FP32 OUTPUT1:FP32", "4", max_batch_size=8)
+    unavailable(lambda: check_steps(build_plan(PIPELINE), PIPELINE,
+                                    lookup_of(batching_add_sub, MUL)),
+                "tensor 'INPUT0'", "[4] from ensemble 'pipeline'",
+                "[-1,4] for step 0 (model 'add_sub'), input 'INPUT0'")
+
+
+def test_a_shape_mismatch_on_an_ensemble_output():
+    wide_mul = shaped_model("mul", "A:FP32 B:FP32", "PRODUCT:FP32", "4")
+    wide_mul.outputs["PRODUCT"] = replace(wide_mul.outputs["PRODUCT"], dims=(8,))
+    unavailable(lambda: check_steps(build_plan(PIPELINE), PIPELINE,
+                                    lookup_of(ADD_SUB, wide_mul)),
+                "tensor 'OUTPUT'", "[8] from step 1 (model 'mul'), output 'PRODUCT'",
+                "[4] for ensemble output 'OUTPUT'")

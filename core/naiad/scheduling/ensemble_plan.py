@@ -6,6 +6,7 @@ ensemble tensor names. Ensemble tensors are the ensemble's own inputs plus whate
 produces. The plan works out which step waits for which (a step runs as soon as every tensor it
 reads exists), and refuses, with the reason, an ensemble whose steps read a tensor nobody
 produces, produce one tensor twice, form a cycle, or leave an ensemble output unproduced.
+Once the step models are loaded, datatypes and shapes are checked along every edge.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from dataclasses import dataclass
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
 from naiad.errors import InferenceServerError, unavailable
-from naiad.models.signature import ModelSignature
+from naiad.models.signature import ModelSignature, TensorSpec, format_shape
 
 # (model name, version or "" for the latest) -> the serving model's signature, or an error.
 SignatureLookup = Callable[[str, str], ModelSignature]
@@ -111,6 +112,9 @@ def check_steps(plan: EnsemblePlan, config: ModelConfig, lookup: SignatureLookup
             raise _problem(name, f"{step.describe()} cannot be served: {exc.message}") from None
         signature_of[step.index] = signature
     produced_types = {tensor: spec.datatype for tensor, spec in ensemble.inputs.items()}
+    # ensemble tensor -> (full shape, where it comes from), to compare with every reader
+    produced_shapes = {tensor: (_full_shape(spec, ensemble), f"ensemble '{name}'")
+                       for tensor, spec in ensemble.inputs.items()}
     for step in plan.steps:
         signature = signature_of[step.index]
         if config.max_batch_size > signature.max_batch_size:
@@ -129,6 +133,9 @@ def check_steps(plan: EnsemblePlan, config: ModelConfig, lookup: SignatureLookup
                 raise _problem(name, f"{step.describe()} input '{model_input}' is "
                                      f"{spec.datatype}, but the ensemble tensor '{tensor}' "
                                      f"it reads is {have}")
+            _check_shape(name, tensor, produced_shapes[tensor],
+                         (_full_shape(spec, signature),
+                          f"{step.describe()}, input '{model_input}'"))
         for model_output, tensor in step.outputs:
             spec = signature.outputs.get(model_output)
             if spec is None:
@@ -136,12 +143,37 @@ def check_steps(plan: EnsemblePlan, config: ModelConfig, lookup: SignatureLookup
                                      f"the model does not have (it has "
                                      f"{_names(signature.outputs)})")
             produced_types[tensor] = spec.datatype
+            produced_shapes[tensor] = (_full_shape(spec, signature),
+                                       f"{step.describe()}, output '{model_output}'")
     steps = {step.index: step for step in plan.steps}
     for output, spec in ensemble.outputs.items():
         if produced_types[output] != spec.datatype:
             producer = steps[plan.output_producers[output]]
             raise _problem(name, f"ensemble output '{output}' is {spec.datatype}, but "
                                  f"{producer.describe()} produces {produced_types[output]}")
+        _check_shape(name, output, produced_shapes[output],
+                     (_full_shape(spec, ensemble), f"ensemble output '{output}'"))
+
+
+def _full_shape(spec: TensorSpec, model: ModelSignature) -> tuple[int, ...]:
+    """A tensor's shape as it travels between steps: with the batch dimension (-1) when
+    its model batches."""
+    return (-1, *spec.dims) if model.max_batch_size > 0 else spec.dims
+
+
+def _check_shape(name: str, tensor: str, produced: tuple[tuple[int, ...], str],
+                 read: tuple[tuple[int, ...], str]) -> None:
+    """Triton's rule along an ensemble edge: the same rank, and every dimension equal
+    where neither side is variable (-1); what stays variable is checked per request."""
+    have, source = produced
+    want, reader = read
+    if len(have) == len(want) and all(a == b or -1 in (a, b)
+                                      for a, b in zip(have, want, strict=True)):
+        return
+    raise _problem(name, f"ensemble tensor '{tensor}': inconsistent shape: "
+                         f"{format_shape(have)} from {source}, {format_shape(want)} for "
+                         f"{reader} (shapes include the batch dimension where the model "
+                         f"batches)")
 
 
 def _topological_order(name: str, steps: list[EnsembleStep]) -> list[EnsembleStep]:
