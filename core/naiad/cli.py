@@ -142,6 +142,8 @@ def build_parser() -> argparse.ArgumentParser:
     net.add_argument("--metrics-address", default="0.0.0.0")
     net.add_argument("--metrics-port", type=int, default=8002)
     _add_flag(net, "--allow-cpu-metrics", True, "report nv_cpu_* metrics")
+    _add_flag(net, "--allow-gpu-metrics", True,
+              "report nv_gpu_* metrics of the GPUs NVML sees (needs naiad[gpu])")
 
     process = serve.add_argument_group("process")
     _add_flag(process, "--sched-batch", True,
@@ -239,7 +241,8 @@ def _options(args: argparse.Namespace) -> tuple[ServerOptions, Listeners]:
         grpc_address=args.grpc_address, grpc_port=args.grpc_port, allow_grpc=args.allow_grpc,
         metrics_address=args.metrics_address, metrics_port=args.metrics_port,
         allow_metrics=args.allow_metrics, http_server=args.http_server,
-        allow_cpu_metrics=args.allow_cpu_metrics, reuse_http_port=args.reuse_http_port,
+        allow_cpu_metrics=args.allow_cpu_metrics, allow_gpu_metrics=args.allow_gpu_metrics,
+        reuse_http_port=args.reuse_http_port,
         http_header_forward_pattern=args.http_header_forward_pattern,
         http_restricted=parse_restrictions(args.http_restricted_api, "--http-restricted-api"),
         grpc=GRPCOptions(

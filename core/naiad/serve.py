@@ -42,6 +42,7 @@ class Listeners:
     metrics_port: int = 8002
     allow_metrics: bool = True
     allow_cpu_metrics: bool = True
+    allow_gpu_metrics: bool = True
     http_server: str = "uvicorn"
     reuse_http_port: bool = False
     # Request headers whose names match this regular expression become request parameters.
@@ -198,7 +199,8 @@ async def serve(options: ServerOptions, listeners: Listeners) -> int:
             log.info("HTTP service at %s:%d (%s)", listeners.http_address, listeners.http_port,
                      listeners.http_server)
         if listeners.allow_metrics:
-            metrics = _http_listener("uvicorn", metrics_app(server, listeners.allow_cpu_metrics),
+            metrics = _http_listener("uvicorn", metrics_app(server, listeners.allow_cpu_metrics,
+                                                 listeners.allow_gpu_metrics),
                                      listeners.metrics_address,
                                      listeners.metrics_port)
             await metrics.start()

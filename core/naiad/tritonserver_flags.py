@@ -58,8 +58,6 @@ INERT = (
     Inert("--backend-directory", "PATH", PLUGINS),
     Inert("--repoagent-directory", "PATH", "naiad has no repository agents"),
     Inert("--cache-directory", "PATH", PLUGINS),
-    Inert("--allow-gpu-metrics", "BOOL",
-          "naiad reports no GPU metrics (docs/compatibility.md)"),
     Inert("--metrics-interval-ms", "MS", "naiad computes its metrics when they are scraped"),
     Inert("--sagemaker-port", "PORT", "there is no SageMaker endpoint (--allow-sagemaker)"),
     Inert("--sagemaker-safe-port-range", "FROM-TO",

@@ -11,6 +11,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from naiad.frontends.gpu_metrics import GPUMetrics
 from naiad.server import InferenceServer
 from naiad.stats import ModelStats
 
@@ -90,9 +91,10 @@ class CpuUtilization:
         return max(0.0, min(1.0, 1 - (idle - last_idle) / (total - last_total)))
 
 
-def render_metrics(server: InferenceServer, cpu: CpuUtilization | None) -> str:
-    """The Prometheus text exposition of every loaded model version and, unless ``cpu`` is
-    None (``--allow-cpu-metrics=false``), of the host."""
+def render_metrics(server: InferenceServer, cpu: CpuUtilization | None,
+                   gpu: GPUMetrics | None = None) -> str:
+    """The Prometheus text exposition of every loaded model version, of the GPUs NVML sees
+    (``gpu``) and, unless ``cpu`` is None (``--allow-cpu-metrics=false``), of the host."""
     versions = [v for record in sorted(server.models.models.values(), key=lambda r: r.name)
                 for _, v in sorted(record.versions.items())]
     stats: list[ModelStats] = [v.stats for v in versions]
@@ -116,6 +118,8 @@ def render_metrics(server: InferenceServer, cpu: CpuUtilization | None) -> str:
             "Instantaneous number of pending requests awaiting execution per-model.", "gauge")
     lines.extend(f'nv_inference_pending_request_count{{model="{v.name}",version="{v.version}"}}'
                  f' {v.scheduler.pending()}' for v in versions)
+    if gpu is not None:
+        gpu.render(lines, _family)
     if cpu is None:
         return "\n".join(lines) + "\n"
     total, used = _memory()
@@ -128,10 +132,12 @@ def render_metrics(server: InferenceServer, cpu: CpuUtilization | None) -> str:
     return "\n".join(lines) + "\n"
 
 
-def metrics_app(server: InferenceServer, cpu_metrics: bool = True) -> Starlette:
+def metrics_app(server: InferenceServer, cpu_metrics: bool = True,
+                gpu_metrics: bool = True) -> Starlette:
     cpu = CpuUtilization() if cpu_metrics else None
+    gpu = GPUMetrics.probe() if gpu_metrics else None
 
     async def metrics(request: Request) -> Response:
-        return Response(render_metrics(server, cpu), media_type="text/plain; charset=utf-8")
+        return Response(render_metrics(server, cpu, gpu), media_type="text/plain; charset=utf-8")
 
     return Starlette(routes=[Route("/metrics", metrics)])
