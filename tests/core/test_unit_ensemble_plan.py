@@ -18,9 +18,9 @@ from naiad.models.signature import ModelSignature
 from naiad.scheduling.ensemble_plan import EnsemblePlan, build_plan, check_steps
 
 
-def _tensors(spec: str) -> str:
-    """``"NAME:TYPE NAME:TYPE"`` -> config tensors of those names and types, dims [4]."""
-    return ", ".join(f'{{ name: "{n}", data_type: TYPE_{t}, dims: [ 4 ] }}'
+def _tensors(spec: str, dims: str = "4") -> str:
+    """``"NAME:TYPE NAME:TYPE"`` -> config tensors of those names and types and ``dims``."""
+    return ", ".join(f'{{ name: "{n}", data_type: TYPE_{t}, dims: [ {dims} ] }}'
                      for n, t in (item.split(":") for item in spec.split()))
 
 
@@ -50,13 +50,16 @@ def steps(*parts: str) -> str:
     return ", ".join(parts)
 
 
-def model(name: str, inputs: str, outputs: str) -> ModelSignature:
-    """The signature of a composing model; ``inputs``/``outputs`` are ``NAME:TYPE`` lists."""
+def model(name: str, inputs: str, outputs: str, dims: str = "4",
+          max_batch_size: int = 0) -> ModelSignature:
+    """The signature of a composing model; ``inputs``/``outputs`` are ``NAME:TYPE`` lists,
+    every tensor with ``dims``."""
     text = f"""
         name: "{name}"
         backend: "python"
-        input [ {_tensors(inputs)} ]
-        output [ {_tensors(outputs)} ]
+        max_batch_size: {max_batch_size}
+        input [ {_tensors(inputs, dims)} ]
+        output [ {_tensors(outputs, dims)} ]
     """
     return ModelSignature(name, text_format.Parse(text, mc.ModelConfig()))
 
@@ -307,24 +310,8 @@ def test_a_batching_ensemble_needs_batching_steps():
 # --- shapes along the edges ------------------------------------------------------------------
 
 
-def shaped_model(name: str, inputs: str, outputs: str, dims: str,
-                 max_batch_size: int = 0) -> ModelSignature:
-    """A composing model whose tensors (``NAME:TYPE`` lists) all have ``dims``."""
-    def tensors(spec: str) -> str:
-        return ", ".join(f'{{ name: "{n}", data_type: TYPE_{t}, dims: [ {dims} ] }}'
-                         for n, t in (item.split(":") for item in spec.split()))
-    text = f"""
-        name: "{name}"
-        backend: "python"
-        max_batch_size: {max_batch_size}
-        input [ {tensors(inputs)} ]
-        output [ {tensors(outputs)} ]
-    """
-    return ModelSignature(name, text_format.Parse(text, mc.ModelConfig()))
-
-
 def test_a_shape_mismatch_between_steps_names_both_ends():
-    narrow_mul = shaped_model("mul", "A:FP32 B:FP32", "PRODUCT:FP32", "3")
+    narrow_mul = model("mul", "A:FP32 B:FP32", "PRODUCT:FP32", "3")
     unavailable(lambda: check_steps(build_plan(PIPELINE), PIPELINE,
                                     lookup_of(ADD_SUB, narrow_mul)),
                 "ensemble 'pipeline'", "tensor 'sum'", "inconsistent shape",
@@ -333,13 +320,13 @@ def test_a_shape_mismatch_between_steps_names_both_ends():
 
 
 def test_a_variable_dimension_matches_any_size():
-    any_mul = shaped_model("mul", "A:FP32 B:FP32", "PRODUCT:FP32", "-1")
+    any_mul = model("mul", "A:FP32 B:FP32", "PRODUCT:FP32", "-1")
     check_steps(build_plan(PIPELINE), PIPELINE, lookup_of(ADD_SUB, any_mul))
 
 
 def test_a_batching_step_needs_the_batch_dimension_from_a_non_batching_ensemble():
     # The ensemble hands add_sub [4]; a batching add_sub reads [-1,4] (batch first).
-    batching_add_sub = shaped_model("add_sub", "INPUT0:FP32 INPUT1:FP32",
+    batching_add_sub = model("add_sub", "INPUT0:FP32 INPUT1:FP32",
                                     "OUTPUT0:FP32 OUTPUT1:FP32", "4", max_batch_size=8)
     unavailable(lambda: check_steps(build_plan(PIPELINE), PIPELINE,
                                     lookup_of(batching_add_sub, MUL)),
@@ -348,7 +335,7 @@ def test_a_batching_step_needs_the_batch_dimension_from_a_non_batching_ensemble(
 
 
 def test_a_shape_mismatch_on_an_ensemble_output():
-    wide_mul = shaped_model("mul", "A:FP32 B:FP32", "PRODUCT:FP32", "4")
+    wide_mul = model("mul", "A:FP32 B:FP32", "PRODUCT:FP32", "4")
     wide_mul.outputs["PRODUCT"] = replace(wide_mul.outputs["PRODUCT"], dims=(8,))
     unavailable(lambda: check_steps(build_plan(PIPELINE), PIPELINE,
                                     lookup_of(ADD_SUB, wide_mul)),
