@@ -6,10 +6,9 @@ import argparse
 import logging
 import re
 import sys
-import time
 from collections.abc import Sequence
 
-from naiad import __version__, tritonserver_flags
+from naiad import __version__, logs, tritonserver_flags
 from naiad.frontends.forwarding import compile_pattern
 from naiad.frontends.grpc.options import COMPRESSION_LEVELS, GRPCOptions
 from naiad.frontends.restrictions import parse_restrictions
@@ -18,7 +17,6 @@ from naiad.serve import HTTP_SERVERS, Listeners, run
 from naiad.server import MIB, ServerOptions
 
 _bool = tritonserver_flags.parse_bool
-LOG_FORMATS = ("default", "ISO8601")
 
 
 def _backend_config(value: str) -> tuple[str, str, str]:
@@ -150,16 +148,16 @@ def build_parser() -> argparse.ArgumentParser:
               "run the server's threads in Linux's SCHED_BATCH class (naiad only; fewer "
               "wasted context switches between threads that share the GIL)")
 
-    logs = serve.add_argument_group("logging")
-    logs.add_argument("--log-verbose", type=int, default=0, metavar="LEVEL",
+    log_flags = serve.add_argument_group("logging")
+    log_flags.add_argument("--log-verbose", type=int, default=0, metavar="LEVEL",
                       help="verbose logging level (0 = off)")
-    _add_flag(logs, "--log-info", True, "log informational messages")
-    _add_flag(logs, "--log-warning", True, "log warnings")
-    _add_flag(logs, "--log-error", True, "log errors")
-    logs.add_argument("--log-format", choices=LOG_FORMATS, default="default",
+    _add_flag(log_flags, "--log-info", True, "log informational messages")
+    _add_flag(log_flags, "--log-warning", True, "log warnings")
+    _add_flag(log_flags, "--log-error", True, "log errors")
+    log_flags.add_argument("--log-format", choices=logs.LOG_FORMATS, default="default",
                       help="default: 'LMMDD hh:mm:ss.ffffff'; ISO8601: "
                            "'YYYY-MM-DDThh:mm:ssZ L'")
-    logs.add_argument("--log-file", default="", metavar="PATH",
+    log_flags.add_argument("--log-file", default="", metavar="PATH",
                       help="append the log to this file instead of standard error")
 
     plugins = serve.add_argument_group("plugins")
@@ -175,40 +173,11 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-class TritonLogFormatter(logging.Formatter):
-    """tritonserver's log line prefixes: ``I1123 16:55:53.123456 4242 naiad.models] ...``
-    (default) or ``2026-11-23T16:55:53Z I naiad.models] ...`` (ISO8601)."""
-
-    def __init__(self, log_format: str = "default") -> None:
-        super().__init__()
-        self.iso8601 = log_format == "ISO8601"
-
-    def format(self, record: logging.LogRecord) -> str:
-        level = record.levelname[0]
-        if self.iso8601:
-            stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(record.created))
-            prefix = f"{stamp} {level} {record.name}] "
-        else:
-            local = time.localtime(record.created)
-            micros = int((record.created % 1) * 1_000_000)
-            prefix = (f"{level}{time.strftime('%m%d %H:%M:%S', local)}.{micros:06d} "
-                      f"{record.process} {record.name}] ")
-        text = prefix + record.getMessage()
-        if record.exc_info:
-            text += "\n" + self.formatException(record.exc_info)
-        return text
-
-
 def _configure_logging(args: argparse.Namespace) -> None:
-    level = logging.INFO if args.log_info else logging.WARNING
-    if args.log_verbose > 0:
-        level = logging.DEBUG
-    if not args.log_warning and not args.log_error:
-        level = logging.CRITICAL
-    handler: logging.Handler = (logging.FileHandler(args.log_file, encoding="utf-8")
-                                if args.log_file else logging.StreamHandler())
-    handler.setFormatter(TritonLogFormatter(args.log_format))
-    logging.basicConfig(level=level, handlers=[handler])
+    logs.configure(logs.LogSettings(
+        log_info=args.log_info, log_warning=args.log_warning, log_error=args.log_error,
+        log_verbose_level=args.log_verbose, log_format=args.log_format,
+        log_file=args.log_file))
 
 
 def _options(args: argparse.Namespace) -> tuple[ServerOptions, Listeners]:

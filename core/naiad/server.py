@@ -19,7 +19,7 @@ from tritonclient.grpc.model_config_pb2 import DataType
 
 from naiad import __version__
 from naiad.datatypes import config_to_datatype
-from naiad.errors import InferenceServerError, Status, invalid_arg, unavailable
+from naiad.errors import InferenceServerError, Status, invalid_arg, unavailable, unsupported
 from naiad.models.manager import LoadOptions, ModelManager, ModelVersion
 from naiad.models.poller import RepositoryPoller
 from naiad.plugins import PluginManager
@@ -38,6 +38,17 @@ IDLE_POLL_S = 0.01
 # "none" mode too); clients and scripts look for this text.
 CONTROL_REFUSED = "explicit model load / unload is not allowed if polling is enabled"
 
+# What the trace extension reports: Triton's defaults, tracing off. Every value is a list
+# (gRPC's form); over HTTP only trace_level stays one.
+TRACE_SETTINGS: dict[str, list[str]] = {
+    "trace_file": [],
+    "trace_level": ["OFF"],
+    "trace_rate": ["1000"],
+    "trace_count": ["-1"],
+    "log_frequency": ["0"],
+    "trace_mode": ["triton"],
+}
+
 # The protocol extensions naiad implements (reported by GET /v2 and ServerMetadata).
 EXTENSIONS = [
     "model_repository",
@@ -46,6 +57,7 @@ EXTENSIONS = [
     "binary_tensor_data",
     "parameters",
     "statistics",
+    "logging",
 ]
 
 
@@ -273,6 +285,16 @@ class InferenceServer:
                 raise invalid_arg(f"requested model '{name}' version {version} is not "
                                   f"available") from None
         return [v.stats.as_dict() for _, v in sorted(record.versions.items())]
+
+    def trace_settings(self, model: str, changes: dict[str, list[str]]) -> dict[str, list[str]]:
+        """Triton's trace extension, for the server (``model`` "") or one model: naiad does
+        not trace requests, so tracing reads as off and cannot be turned on."""
+        if model:
+            self.model(model)  # an unknown model is an error, as for every per-model API
+        if changes:
+            raise unsupported("changing trace settings is not supported: naiad does not "
+                              "trace requests (trace_level is OFF)")
+        return dict(TRACE_SETTINGS)
 
     # --- repository ---------------------------------------------------------------------
 

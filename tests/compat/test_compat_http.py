@@ -756,3 +756,19 @@ def test_json_diff_self_check() -> None:
     assert json_diff({"a": [1, 2.0], "b": "x"}, {"b": "x", "a": [1.0, 2]}) == []
     assert len(json_diff({"a": 1, "b": [1]}, {"a": 2, "c": 0, "b": [1, 2]})) == 3
     assert json_diff(True, 1) != []
+
+
+# --------------------------------------------------------------------------------------------
+# the logging and trace extensions
+
+
+@pytest.mark.parametrize("case", [
+    Case("log-settings", "GET", "/v2/logging").param(),
+    Case("log-settings-post-nothing", "POST", "/v2/logging", {}).param(),
+    Case("trace-settings", "GET", "/v2/trace/setting").param(),
+    Case("trace-settings-model", "GET", "/v2/models/add_sub/trace/setting").param(),
+])
+def test_log_and_trace_settings_read_the_same(servers: Any, case: Case) -> None:
+    t, n = both(servers, case)
+    assert (t.status, n.status) == (200, 200), f"triton {t!r}, naiad {n!r}"
+    assert_same(t.json(), n.json(), f"{case.method} {case.path}")

@@ -97,6 +97,11 @@ HTTP_ROUTES = [
     ("shared-memory", "POST", "/v2/cudasharedmemory/region/x/register", "{}", 400),
     ("shared-memory", "POST", "/v2/cudasharedmemory/unregister", "{}", 400),
     ("shared-memory", "POST", "/v2/cudasharedmemory/region/x/unregister", "{}", 400),
+    ("logging", "GET", "/v2/logging", None, 200),
+    ("logging", "POST", "/v2/logging", "{}", 200),
+    ("trace", "GET", "/v2/trace/setting", None, 200),
+    ("trace", "GET", "/v2/models/params/trace/setting", None, 200),
+    ("trace", "POST", "/v2/trace/setting", "{}", 200),
 ]
 
 

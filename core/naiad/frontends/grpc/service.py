@@ -31,6 +31,7 @@ import grpc
 from google.protobuf import json_format
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 
+from naiad import logs
 from naiad.errors import InferenceServerError, grpc_status, invalid_arg, unsupported
 from naiad.frontends.forwarding import header_forwarder
 from naiad.frontends.grpc.codec import (
@@ -309,23 +310,21 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
 
     @_on_loop
     async def TraceSetting(self, request: Any, context: grpc.ServicerContext) -> Any:
-        # naiad does not trace requests: report tracing off, refuse to turn it on.
-        if request.settings:
-            raise unsupported("changing trace settings is not supported: naiad does not "
-                              "trace requests (trace_level is OFF)")
+        settings = self.server.trace_settings(
+            request.model_name, {key: list(value.value) for key, value in request.settings.items()})
         response = pb.TraceSettingResponse()
-        for key, values in _TRACE_SETTINGS.items():
+        for key, values in settings.items():
             response.settings[key].value.extend(values)
         return response
 
     @_on_loop
     async def LogSettings(self, request: Any, context: grpc.ServicerContext) -> Any:
         if request.settings:
-            raise unsupported("changing log settings at run time is not supported: use "
-                              "the --log-verbose, --log-info, --log-warning and --log-error "
-                              "flags")
+            logs.current.update({key: getattr(value, value.WhichOneof("parameter_choice"))
+                                 for key, value in request.settings.items()
+                                 if value.WhichOneof("parameter_choice")})
         response = pb.LogSettingsResponse()
-        for key, value in _log_settings().items():
+        for key, value in logs.current.as_dict().items():
             setting = response.settings[key]
             if isinstance(value, bool):
                 setting.bool_param = value
@@ -334,29 +333,6 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
             else:
                 setting.string_param = value
         return response
-
-
-_TRACE_SETTINGS = {
-    "trace_file": [],
-    "trace_level": ["OFF"],
-    "trace_rate": ["1000"],
-    "trace_count": ["-1"],
-    "log_frequency": ["0"],
-    "trace_mode": ["triton"],
-}
-
-
-def _log_settings() -> dict[str, bool | int | str]:
-    """Triton's log settings, read from the ``naiad`` logger's effective level."""
-    level = logging.getLogger("naiad").getEffectiveLevel()
-    return {
-        "log_file": "",
-        "log_info": level <= logging.INFO,
-        "log_warning": level <= logging.WARNING,
-        "log_error": level <= logging.ERROR,
-        "log_verbose_level": 1 if level <= logging.DEBUG else 0,
-        "log_format": "default",
-    }
 
 
 __all__ = ["InferenceServicer"]

@@ -23,6 +23,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
+from naiad import logs
 from naiad.errors import InferenceServerError, Status, http_status, invalid_arg
 from naiad.frontends.forwarding import header_forwarder
 from naiad.frontends.http.body import compress, decompress, pick_encoding, read_body
@@ -209,6 +210,7 @@ class HTTPFrontend:
 
     def _routes(self) -> list[Route]:
         get, post = None, ["POST"]  # None: Starlette's default, GET and HEAD
+        get_or_post = ["GET", "POST"]
         # (path, endpoint, methods, API group as tritonserver groups them)
         table = [
             ("/v2/health/live", self.live, get, "health"),
@@ -246,6 +248,9 @@ class HTTPFrontend:
             ("/v2/cudasharedmemory/unregister", self.cuda_shm, post, "shared-memory"),
             ("/v2/cudasharedmemory/region/{region}/unregister", self.cuda_shm, post,
              "shared-memory"),
+            ("/v2/logging", self.log_settings, get_or_post, "logging"),
+            ("/v2/trace/setting", self.trace_settings, get_or_post, "trace"),
+            ("/v2/models/{model}/trace/setting", self.trace_settings, get_or_post, "trace"),
         ]
         routes = []
         for path, endpoint, methods, group in table:
@@ -334,6 +339,28 @@ class HTTPFrontend:
         except InferenceServerError as exc:
             return _error(exc)
         return Response(status_code=200)
+
+    async def log_settings(self, request: Request) -> Response:
+        """The logging extension: the log switches, changed by a POST that names some."""
+        try:
+            if request.method == "POST":
+                logs.current.update(await self._json_body(request))
+        except InferenceServerError as exc:
+            return _error(exc)
+        return _json(logs.current.as_dict())
+
+    async def trace_settings(self, request: Request) -> Response:
+        """The trace extension, server-wide or per model: tracing is off (naiad does not
+        trace), and a POST that tries to change it is refused."""
+        try:
+            changes = await self._json_body(request) if request.method == "POST" else {}
+            settings = self.server.trace_settings(request.path_params.get("model", ""),
+                                                  changes)
+        except InferenceServerError as exc:
+            return _error(exc)
+        # Over HTTP, Triton sends trace_level as a list and every other setting as a string.
+        return _json({key: values if key == "trace_level" else (values[0] if values else "")
+                      for key, values in settings.items()})
 
     async def shm_status(self, request: Request) -> Response:
         try:
