@@ -108,6 +108,7 @@ class InferenceServer:
             config_name=options.model_config_name,
             load_thread_count=options.model_load_thread_count,
             load_retry_count=options.model_load_retry_count,
+            track_files=options.model_control_mode == "poll",
         ))
         self.poller: RepositoryPoller | None = None
         if options.model_control_mode == "poll":

@@ -84,6 +84,9 @@ class LoadOptions:
     load_thread_count: int = 4
     # --model-load-retry-count: further attempts after a version failed to load
     load_retry_count: int = 0
+    # --model-control-mode=poll: remember each version's files, so that a poll can keep
+    # serving a version whose files did not change (a stat per file at every load)
+    track_files: bool = False
 
     def settings_for(self, backend: str) -> dict[str, str]:
         """The ``--backend-config`` settings one backend sees: the shared ones, overridden
@@ -424,10 +427,10 @@ class ModelManager:
     # --- loading ------------------------------------------------------------------------
 
     def _configure_and_fingerprint(self, name: str, path: Path, override: str | None
-                                   ) -> tuple[ModelConfig, list[str], ModelFingerprint]:
+                                   ) -> tuple[ModelConfig, list[str], ModelFingerprint | None]:
         # The fingerprint first: a change made while the configuration is read then shows
         # as a difference at the next poll instead of going unnoticed.
-        fingerprint = model_fingerprint(path)
+        fingerprint = model_fingerprint(path) if self.options.track_files else None
         config, filled = self._configure(name, path, override)
         return config, filled, fingerprint
 
@@ -473,13 +476,14 @@ class ModelManager:
         return config, filled
 
     def _unchanged(self, old: ModelRecord | None, version: int, config: ModelConfig,
-                   config_json: dict, fingerprint: ModelFingerprint) -> ModelVersion | None:
+                   config_json: dict, fingerprint: ModelFingerprint | None
+                   ) -> ModelVersion | None:
         """The serving ``version`` of ``old`` when loading it again would change nothing:
         same configuration, same files. Ensembles always load again, as in Triton."""
         if old is None or config.platform == ENSEMBLE:
             return None
         serving = old.versions.get(version)
-        if serving is None or serving.fingerprint is None:
+        if serving is None or serving.fingerprint is None or fingerprint is None:
             return None
         if serving.config_json != config_json:
             return None
