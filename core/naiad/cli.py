@@ -86,6 +86,9 @@ def build_parser() -> argparse.ArgumentParser:
               "ready only when every model is ready")
     repo.add_argument("--exit-timeout-secs", type=int, default=30, metavar="SECONDS",
                       help="how long shutdown waits for in-flight requests (default 30)")
+    repo.add_argument("--max-instances-per-model", type=int, default=64, metavar="N",
+                      help="the most instances one model version may have; a larger "
+                           "instance_group fails to load (naiad only; default 64)")
 
     net = serve.add_argument_group("listeners")
     _add_flag(net, "--allow-http", True, "serve HTTP/REST")
@@ -191,6 +194,7 @@ def _options(args: argparse.Namespace) -> tuple[ServerOptions, Listeners]:
         disable_auto_complete_config=args.disable_auto_complete_config,
         exit_on_error=args.exit_on_error,
         exit_timeout_secs=args.exit_timeout_secs,
+        max_instances_per_model=args.max_instances_per_model,
         strict_readiness=args.strict_readiness,
         model_control_mode=args.model_control_mode,
         load_models=args.load_model,
@@ -253,7 +257,7 @@ def _check(args: argparse.Namespace) -> list[str]:
         problems.append("--load-model=* must be the only --load-model")
     if " " in args.model_config_name:
         problems.append("--model-config-name must not contain spaces")
-    for flag in ("model_load_thread_count", "repository_poll_secs"):
+    for flag in ("model_load_thread_count", "repository_poll_secs", "max_instances_per_model"):
         if getattr(args, flag) < 1:
             problems.append(f"--{flag.replace('_', '-')} must be at least 1")
     if args.model_load_retry_count < 0:

@@ -34,6 +34,8 @@ MIB = 1024 * 1024
 _SHUTTING_DOWN = "the server is shutting down and accepts no new requests"
 # How often shutdown looks whether the requests in flight have finished.
 IDLE_POLL_S = 0.01
+# Past --exit-timeout-secs the instances are aborted; unloading then gets this much longer.
+UNLOAD_AFTER_ABORT_S = 5.0
 # Triton's answer to a load or unload request unless --model-control-mode=explicit (in
 # "none" mode too); clients and scripts look for this text.
 CONTROL_REFUSED = "explicit model load / unload is not allowed if polling is enabled"
@@ -70,6 +72,8 @@ class ServerOptions:
     disable_auto_complete_config: bool = False
     exit_on_error: bool = True
     exit_timeout_secs: int = 30
+    # naiad only: the most instances one model version may have (processes or threads).
+    max_instances_per_model: int = 64
     strict_readiness: bool = True
     model_control_mode: str = "none"
     load_models: list[str] = field(default_factory=list)
@@ -108,6 +112,7 @@ class InferenceServer:
             config_name=options.model_config_name,
             load_thread_count=options.model_load_thread_count,
             load_retry_count=options.model_load_retry_count,
+            max_instances=options.max_instances_per_model,
             track_files=options.model_control_mode == "poll",
         ))
         self.poller: RepositoryPoller | None = None
@@ -164,7 +169,18 @@ class InferenceServer:
             while self.in_flight and time.monotonic() < deadline:
                 await asyncio.sleep(IDLE_POLL_S)
             if self.in_flight:
-                log.warning("%d request(s) still in flight after %s s", self.in_flight, timeout)
+                log.warning("%d request(s) still in flight after %s s: ending the instances "
+                            "that run them", self.in_flight, timeout)
+                self.models.abort_all()
+                try:
+                    await asyncio.wait_for(self.models.unload_all(), UNLOAD_AFTER_ABORT_S)
+                except asyncio.TimeoutError:
+                    log.warning("models still running after %s s more (in-process models "
+                                "cannot be stopped); exiting without them",
+                                UNLOAD_AFTER_ABORT_S)
+                self.shared_memory.unregister_all()
+                self.live = False
+                return
         await self.models.unload_all()
         self.shared_memory.unregister_all()
         self.live = False

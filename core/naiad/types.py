@@ -92,6 +92,20 @@ class ModelContext:
     backend_config: dict[str, str]
 
 
+@dataclass(slots=True, frozen=True)
+class InstanceHealth:
+    """Whether a :class:`ModelInstance` can serve now (see :meth:`ModelInstance.health`)."""
+
+    ready: bool = True
+    #: why it is not ready (shown in the log and the repository index)
+    reason: str = ""
+    #: how many times it was started again after it failed (a worker process that died)
+    restarts: int = 0
+
+
+HEALTHY = InstanceHealth()
+
+
 class ModelInstance(abc.ABC):
     """One loaded copy of a model version. ``execute`` runs in a worker thread, never on the
     event loop, and gets a batch of requests (one element unless the scheduler batched)."""
@@ -102,6 +116,18 @@ class ModelInstance(abc.ABC):
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release the instance's resources (called once, from a worker thread)."""
+
+    def health(self) -> InstanceHealth:
+        """Whether the instance can serve now. An instance that runs the model somewhere
+        that can fail on its own (a worker process) reports not ready while it recovers;
+        its model version reads not ready meanwhile. Called from any thread; keep it cheap."""
+        return HEALTHY
+
+    def abort(self) -> None:  # noqa: B027 - optional hook
+        """Stop what runs now, at once: the server is shutting down and
+        ``--exit-timeout-secs`` has passed. An instance whose model runs in another process
+        kills it (the batch in flight then fails); an in-process one cannot stop a thread
+        and does nothing. Called from any thread, possibly while ``execute`` runs."""
 
 
 class Backend(abc.ABC):

@@ -47,9 +47,11 @@ def test_without_the_option_nothing_is_frozen(tmp_path):
 
 async def test_start_load_and_unload_settle_the_heap(tmp_path, monkeypatch):
     write_model(tmp_path, "add_sub", ADD_SUB_CONFIG, ADD_SUB_PY)
+    # In-process: the model's objects live in this interpreter's heap.
     server = InferenceServer(ServerOptions(model_repositories=[str(tmp_path)],
                                            model_control_mode="explicit",
-                                           freeze_heap=True))
+                                           freeze_heap=True, backend_config={
+                                               "python": {"execution-mode": "in_process"}}))
     calls = []
     settle = server.settle_heap
     monkeypatch.setattr(server, "settle_heap", lambda: (calls.append(1), settle()))

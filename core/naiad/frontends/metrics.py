@@ -12,6 +12,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from naiad.frontends.gpu_metrics import GPUMetrics
+from naiad.models.manager import ModelVersion
 from naiad.server import InferenceServer
 from naiad.stats import ModelStats
 
@@ -91,6 +92,11 @@ class CpuUtilization:
         return max(0.0, min(1.0, 1 - (idle - last_idle) / (total - last_total)))
 
 
+def _restarts(version: ModelVersion) -> int:
+    return sum(worker.instance.health().restarts for worker in version.context.workers
+               if worker.instance is not None)
+
+
 def render_metrics(server: InferenceServer, cpu: CpuUtilization | None,
                    gpu: GPUMetrics | None = None) -> str:
     """The Prometheus text exposition of every loaded model version, of the GPUs NVML sees
@@ -118,6 +124,11 @@ def render_metrics(server: InferenceServer, cpu: CpuUtilization | None,
             "Instantaneous number of pending requests awaiting execution per-model.", "gauge")
     lines.extend(f'nv_inference_pending_request_count{{model="{v.name}",version="{v.version}"}}'
                  f' {v.scheduler.pending()}' for v in versions)
+    _family(lines, "naiad_instance_restarts_total",
+            "Number of times a model instance was started again after it failed (its worker "
+            "process ended)", "counter")
+    lines.extend(f'naiad_instance_restarts_total{{model="{v.name}",version="{v.version}"}}'
+                 f' {_restarts(v)}' for v in versions)
     if gpu is not None:
         gpu.render(lines, _family)
     if cpu is None:

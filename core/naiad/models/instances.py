@@ -30,12 +30,25 @@ def gpu_count() -> int:
     return count
 
 
-def expand_instance_groups(model_name: str, config: ModelConfig) -> list[InstanceInfo]:
+def expand_instance_groups(model_name: str, config: ModelConfig,
+                           limit: int = 64) -> list[InstanceInfo]:
     """One :class:`InstanceInfo` per instance, named ``<group name>_<i>`` as Triton does.
 
-    KIND_GPU on a machine without a GPU is a load error, never a silent CPU fallback.
+    KIND_GPU on a machine without a GPU is a load error, never a silent CPU fallback; so is
+    asking for more than ``limit`` instances (``--max-instances-per-model``), which would
+    start that many threads or processes.
     """
     available_gpus = gpu_count()
+    requested = 0
+    for group in config.instance_group:
+        per_device = max(group.count, 1)
+        devices = (len(group.gpus) or available_gpus or 1) if _KIND_NAMES[group.kind] == \
+            "KIND_GPU" else 1
+        requested += per_device * devices
+    if requested > limit:
+        raise invalid_arg(
+            f"model '{model_name}': instance_group asks for {requested} instances, more than "
+            f"the {limit} one model may have (--max-instances-per-model)")
     instances: list[InstanceInfo] = []
     for group in config.instance_group:
         kind = _KIND_NAMES[group.kind]

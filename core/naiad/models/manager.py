@@ -84,6 +84,8 @@ class LoadOptions:
     load_thread_count: int = 4
     # --model-load-retry-count: further attempts after a version failed to load
     load_retry_count: int = 0
+    # --max-instances-per-model: a larger instance_group fails the load
+    max_instances: int = 64
     # --model-control-mode=poll: remember each version's files, so that a poll can keep
     # serving a version whose files did not change (a stat per file at every load)
     track_files: bool = False
@@ -142,11 +144,22 @@ class ModelManager:
         return found
 
     def is_ready(self, name: str, version: str = "") -> bool:
+        """Whether the version serves and every instance of it can run requests now (an
+        instance whose worker process restarts cannot)."""
         try:
-            self.get(name, version)
+            model = self.get(name, version)
         except InferenceServerError:
             return False
-        return True
+        return all(worker.instance is None or worker.instance.health().ready
+                   for worker in model.context.workers)
+
+    def abort_all(self) -> None:
+        """Stop every instance's work in flight at once (see ``ModelInstance.abort``)."""
+        for record in list(self.models.values()):
+            for version in list(record.versions.values()):
+                for worker in version.context.workers:
+                    if worker.instance is not None:
+                        worker.instance.abort()
 
     # --- the repository ---------------------------------------------------------------
 
@@ -517,7 +530,7 @@ class ModelManager:
         else:
             backend_config = self.options.settings_for(config.backend)
             backend = self.plugins.backend(config.backend, backend_config)
-            instances = expand_instance_groups(name, config)
+            instances = expand_instance_groups(name, config, self.options.max_instances)
             workers = await load_version(backend, name, version, path, config, instances,
                                          backend_config)
         context = SchedulingContext(name, version, config, workers, stats, models=self.get,

@@ -8,6 +8,7 @@ import textwrap
 from pathlib import Path
 
 import numpy as np
+import pytest
 from google.protobuf import text_format
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
@@ -19,6 +20,9 @@ from naiad.types import (
     RequestedOutput,
     Tensor,
 )
+
+# Pins a test that reads the model object itself (``instance.model``) to in-process mode.
+in_process_only = pytest.mark.parametrize("execution_mode", ["in_process"])
 
 ADD_SUB_CONFIG = """
 name: "{name}"

@@ -11,13 +11,13 @@ from backend_python_helpers import (
     ADD_SUB_PY,
     add_sub_request,
     context_for,
+    in_process_only,
     instance_info,
     request,
     write_model,
 )
 
 from naiad.errors import InferenceServerError, Status
-from naiad_backend_python import PythonBackend
 
 EXAMPLE_ADD_SUB = Path(__file__).parents[3] / "examples" / "model_repository" / "add_sub"
 
@@ -37,13 +37,13 @@ def test_add_sub(load):
     np.testing.assert_array_equal(out["OUTPUT1"].data, [-3, -1, 1, 3])
 
 
-def test_example_add_sub_model_runs(tmp_path):
+def test_example_add_sub_model_runs(tmp_path, backend):
     """The example the quick start serves: use it if present, else the same model here."""
     if (EXAMPLE_ADD_SUB / "1" / "model.py").is_file():
         model_dir = EXAMPLE_ADD_SUB
     else:
         model_dir = write_model(tmp_path, "add_sub", ADD_SUB_PY)
-    instance = PythonBackend().create_instance(context_for(model_dir), instance_info("add_sub"))
+    instance = backend.create_instance(context_for(model_dir), instance_info("add_sub"))
     try:
         [response] = instance.execute([add_sub_request()])
         out = outputs(response)
@@ -54,6 +54,7 @@ def test_example_add_sub_model_runs(tmp_path):
         instance.close()
 
 
+@in_process_only
 def test_one_execute_call_for_the_whole_batch(load):
     instance = load("batch", """
         import numpy as np
@@ -77,6 +78,7 @@ def test_one_execute_call_for_the_whole_batch(load):
         np.testing.assert_array_equal(outputs(response)["OUTPUT0"].data, np.arange(1, 5) * i)
 
 
+@in_process_only
 def test_inputs_and_outputs_are_not_copied(load):
     instance = load("echo", """
         import triton_python_backend_utils as pb_utils
@@ -428,7 +430,7 @@ def test_async_execute(load):
         assert outputs(response)["OUTPUT0"].data.sum() == 4
 
 
-def test_get_model_dir_and_logger(load, caplog):
+def test_get_model_dir_and_logger(load, caplog, tmp_path):
     instance = load("logs", """
         import numpy as np
         import triton_python_backend_utils as pb_utils
@@ -443,7 +445,31 @@ def test_get_model_dir_and_logger(load, caplog):
     with caplog.at_level("INFO", logger="naiad.model"):
         instance.execute([add_sub_request()])
     messages = [(r.name, r.levelname, r.getMessage()) for r in caplog.records]
-    version_dir = str(Path(instance.model_file).parent)
+    version_dir = str(tmp_path / "logs" / "1")
     assert ("naiad.model", "INFO", f"model dir {version_dir}") in messages
     assert ("naiad.model", "WARNING", "at warning") in messages
     assert all(r.filename == "model.py" for r in caplog.records if r.name == "naiad.model")
+
+
+def test_an_input_the_model_keeps_is_not_overwritten_by_the_next_batch(load):
+    """A worker reads inputs as views of shared memory that the next batch reuses: a model
+    that keeps one past execute must still see what it was given."""
+    instance = load("keeper", """
+        import numpy as np
+        import triton_python_backend_utils as pb_utils
+
+        class TritonPythonModel:
+            def initialize(self, args):
+                self.kept = []
+
+            def execute(self, requests):
+                for r in requests:
+                    self.kept.append(pb_utils.get_input_tensor_by_name(r, "INPUT0").as_numpy())
+                first = np.asarray(self.kept[0], np.float32)
+                return [pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0", first)])
+                        for r in requests]
+    """)
+    for value in (1, 2, 3):
+        [response] = instance.execute([request("keeper", {
+            "INPUT0": np.full(4, value, np.float32), "INPUT1": np.zeros(4, np.float32)})])
+        np.testing.assert_array_equal(outputs(response)["OUTPUT0"].data, [1, 1, 1, 1])

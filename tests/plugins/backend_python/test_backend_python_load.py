@@ -14,6 +14,7 @@ from backend_python_helpers import (
     ADD_SUB_PY,
     add_sub_request,
     context_for,
+    in_process_only,
     instance_info,
     parse_config,
     write_model,
@@ -21,7 +22,7 @@ from backend_python_helpers import (
 
 from naiad.errors import InferenceServerError, Status
 from naiad.plugins import PluginManager
-from naiad_backend_python import PythonBackend, PythonModelInstance, plugin
+from naiad_backend_python import InProcessInstance, IsolatedInstance, PythonBackend, plugin
 
 RECORD_ARGS_PY = """
 import json
@@ -45,6 +46,7 @@ class TritonPythonModel:
 """
 
 
+@in_process_only
 def test_initialize_gets_tritons_args(load, tmp_path):
     instance = load("recorder", RECORD_ARGS_PY)
     args = instance.model.args
@@ -65,16 +67,18 @@ def test_initialize_gets_tritons_args(load, tmp_path):
     assert "," + '"' in args["model_config"] and ", " not in args["model_config"]  # compact
 
 
-def test_instance_kind_names(tmp_path):
+@in_process_only
+def test_instance_kind_names(tmp_path, backend):
     model_dir = write_model(tmp_path, "gpu_model", RECORD_ARGS_PY)
     info = instance_info("gpu_model", kind="KIND_GPU")
-    instance = PythonBackend().create_instance(context_for(model_dir), info)
+    instance = backend.create_instance(context_for(model_dir), info)
     try:
         assert instance.model.args["model_instance_kind"] == "GPU"
     finally:
         instance.close()
 
 
+@in_process_only
 def test_two_models_named_model_py_do_not_share_module_state(load):
     first = load("first", RECORD_ARGS_PY)
     second = load("second", RECORD_ARGS_PY)
@@ -85,9 +89,9 @@ def test_two_models_named_model_py_do_not_share_module_state(load):
     assert json.loads(response.outputs[0].data[0]) == ["second_0_0"]
 
 
-def test_each_instance_imports_its_own_copy(tmp_path):
+@in_process_only
+def test_each_instance_imports_its_own_copy(tmp_path, backend):
     model_dir = write_model(tmp_path, "twice", RECORD_ARGS_PY)
-    backend = PythonBackend()
     a = backend.create_instance(context_for(model_dir), instance_info("twice", 0))
     b = backend.create_instance(context_for(model_dir), instance_info("twice", 1))
     try:
@@ -98,6 +102,7 @@ def test_each_instance_imports_its_own_copy(tmp_path):
         b.close()
 
 
+@in_process_only
 def test_close_calls_finalize_and_forgets_the_module(load):
     instance = load("finalizing", RECORD_ARGS_PY)
     module_name = instance.module.__name__
@@ -157,6 +162,7 @@ def test_models_with_same_named_siblings_each_get_their_own(load):
     assert two.execute([add_sub_request()])[0].outputs[0].data[0] == 2
 
 
+@in_process_only
 def test_sibling_named_like_a_stdlib_module_loses_as_in_triton(load):
     instance = load("shadow", """
         import json
@@ -201,22 +207,22 @@ def test_syntax_error_fails_the_load(load):
         load("syntax", "class TritonPythonModel(:\n")
 
 
-def test_missing_model_class_or_file(load, tmp_path):
+def test_missing_model_class_or_file(load, tmp_path, backend):
     with pytest.raises(InferenceServerError, match="does not define a class named "
                                                    "TritonPythonModel"):
         load("no_class", "X = 1\n")
     model_dir = write_model(tmp_path, "no_file", ADD_SUB_PY)
     (model_dir / "1" / "model.py").unlink()
     with pytest.raises(InferenceServerError, match="Python model file not found"):
-        PythonBackend().create_instance(context_for(model_dir), instance_info("no_file"))
+        backend.create_instance(context_for(model_dir), instance_info("no_file"))
 
 
-def test_default_model_filename_is_honoured(tmp_path):
+def test_default_model_filename_is_honoured(tmp_path, backend):
     model_dir = write_model(tmp_path, "renamed", ADD_SUB_PY)
     (model_dir / "1" / "model.py").rename(model_dir / "1" / "my_model.py")
     config = parse_config(model_dir)
     config.default_model_filename = "my_model.py"
-    instance = PythonBackend().create_instance(context_for(model_dir, config),
+    instance = backend.create_instance(context_for(model_dir, config),
                                                instance_info("renamed"))
     try:
         assert instance.execute([add_sub_request()])[0].error is None
@@ -257,11 +263,11 @@ class TritonPythonModel:
 """
 
 
-def test_auto_complete_fills_the_config(tmp_path):
+def test_auto_complete_fills_the_config(tmp_path, backend):
     model_dir = write_model(tmp_path, "auto", AUTO_COMPLETE_PY, config='name: "auto"\n'
                             'backend: "python"\n')
     config = parse_config(model_dir)
-    filled = PythonBackend().auto_complete_config(config, model_dir)
+    filled = backend.auto_complete_config(config, model_dir)
     assert sorted(filled) == ["dynamic_batching", "input", "max_batch_size", "output"]
     assert config.max_batch_size == 8
     assert [(i.name, list(i.dims)) for i in config.input] == [("INPUT0", [4])]
@@ -270,23 +276,23 @@ def test_auto_complete_fills_the_config(tmp_path):
     assert config.name == "auto" and config.backend == "python"
 
 
-def test_auto_complete_uses_the_newest_version(tmp_path):
+def test_auto_complete_uses_the_newest_version(tmp_path, backend):
     model_dir = write_model(tmp_path, "versions", ADD_SUB_PY, config='backend: "python"')
     write_model(tmp_path, "versions", AUTO_COMPLETE_PY, config='backend: "python"', version=3)
     config = parse_config(model_dir)
-    assert "input" in PythonBackend().auto_complete_config(config, model_dir)
+    assert "input" in backend.auto_complete_config(config, model_dir)
 
 
-def test_auto_complete_without_the_method_changes_nothing(tmp_path):
+def test_auto_complete_without_the_method_changes_nothing(tmp_path, backend):
     model_dir = write_model(tmp_path, "plain", ADD_SUB_PY)
     config = parse_config(model_dir)
     before = config.SerializeToString()
-    assert PythonBackend().auto_complete_config(config, model_dir) == []
+    assert backend.auto_complete_config(config, model_dir) == []
     assert config.SerializeToString() == before
-    assert PythonBackend().auto_complete_config(config, tmp_path / "missing") == []
+    assert backend.auto_complete_config(config, tmp_path / "missing") == []
 
 
-def test_auto_complete_keeps_a_matching_config_and_adds_nothing(tmp_path):
+def test_auto_complete_keeps_a_matching_config_and_adds_nothing(tmp_path, backend):
     config_text = """
         name: "matching"
         backend: "python"
@@ -297,7 +303,7 @@ def test_auto_complete_keeps_a_matching_config_and_adds_nothing(tmp_path):
     """
     model_dir = write_model(tmp_path, "matching", AUTO_COMPLETE_PY, config=config_text)
     config = parse_config(model_dir)
-    assert PythonBackend().auto_complete_config(config, model_dir) == []
+    assert backend.auto_complete_config(config, model_dir) == []
 
 
 @pytest.mark.parametrize(("call", "message"), [
@@ -323,7 +329,7 @@ def test_auto_complete_keeps_a_matching_config_and_adds_nothing(tmp_path):
     ('c.set_model_transaction_policy({"decoupled": True, "x": 1})',
      "contains property other than 'decoupled'."),
 ])
-def test_auto_complete_checks_as_triton_does(tmp_path, call, message):
+def test_auto_complete_checks_as_triton_does(tmp_path, call, message, backend):
     config_text = """
         name: "bad"
         backend: "python"
@@ -338,12 +344,13 @@ class TritonPythonModel:
         return c
 """
     model_dir = write_model(tmp_path, "bad", model_py, config=config_text)
-    with pytest.raises(ValueError) as info:
-        PythonBackend().auto_complete_config(parse_config(model_dir), model_dir)
+    # In-process the model's ValueError propagates; from a worker it arrives described.
+    with pytest.raises((ValueError, InferenceServerError)) as info:
+        backend.auto_complete_config(parse_config(model_dir), model_dir)
     assert message in str(info.value)
 
 
-def test_auto_complete_must_return_the_config(tmp_path):
+def test_auto_complete_must_return_the_config(tmp_path, backend):
     model_py = """
         class TritonPythonModel:
             @staticmethod
@@ -354,10 +361,10 @@ def test_auto_complete_must_return_the_config(tmp_path):
     with pytest.raises(InferenceServerError, match=re.escape(
             "auto_complete_config function in model 'forgot' must return a valid "
             "pb.ModelConfig object.")):
-        PythonBackend().auto_complete_config(parse_config(model_dir), model_dir)
+        backend.auto_complete_config(parse_config(model_dir), model_dir)
 
 
-def test_auto_complete_result_must_be_a_valid_config(tmp_path):
+def test_auto_complete_result_must_be_a_valid_config(tmp_path, backend):
     model_py = """
         class TritonPythonModel:
             @staticmethod
@@ -367,11 +374,11 @@ def test_auto_complete_result_must_be_a_valid_config(tmp_path):
     """
     model_dir = write_model(tmp_path, "invalid", model_py, config='name: "invalid"')
     with pytest.raises(InferenceServerError, match="not valid") as info:
-        PythonBackend().auto_complete_config(parse_config(model_dir), model_dir)
+        backend.auto_complete_config(parse_config(model_dir), model_dir)
     assert info.value.status is Status.INVALID_ARG
 
 
-def test_transaction_policy_and_model_dir_in_auto_complete(tmp_path):
+def test_transaction_policy_and_model_dir_in_auto_complete(tmp_path, backend):
     model_py = """
         import triton_python_backend_utils as pb_utils
 
@@ -384,7 +391,7 @@ def test_transaction_policy_and_model_dir_in_auto_complete(tmp_path):
     """
     model_dir = write_model(tmp_path, "policy", model_py, config='name: "policy"')
     config = parse_config(model_dir)
-    assert PythonBackend().auto_complete_config(config, model_dir) == [
+    assert backend.auto_complete_config(config, model_dir) == [
         "model_transaction_policy"]
     assert config.HasField("model_transaction_policy")
 
@@ -413,10 +420,10 @@ def test_instance_is_a_model_instance(load):
 
     instance = load("kind", ADD_SUB_PY)
     assert isinstance(instance, ModelInstance)
-    assert isinstance(instance, PythonModelInstance)
+    assert isinstance(instance, (InProcessInstance, IsolatedInstance))
 
 
-def test_parallel_loads_keep_siblings_apart(tmp_path):
+def test_parallel_loads_keep_siblings_apart(tmp_path, backend):
     """The core creates instances in parallel threads; imports must not mix models up."""
     from concurrent.futures import ThreadPoolExecutor
 
@@ -430,7 +437,6 @@ def test_parallel_loads_keep_siblings_apart(tmp_path):
                 return [pb_utils.InferenceResponse([pb_utils.Tensor(
                             "OUTPUT0", np.full(4, helper.VALUE, np.float32))]) for _ in requests]
     """
-    backend = PythonBackend()
     dirs = [write_model(tmp_path, f"par{i}", model_py, files={"helper.py": f"VALUE = {i}\n"})
             for i in range(6)]
     with ThreadPoolExecutor(6) as pool:

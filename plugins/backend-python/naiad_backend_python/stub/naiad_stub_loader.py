@@ -1,8 +1,9 @@
-"""Importing a model's ``model.py`` in-process, the way Triton's stub imports it.
+"""Importing a model's ``model.py``, the way Triton's stub imports it.
 
 Triton runs each model instance in its own process, appends the version folder and the model
-folder to ``sys.path`` and imports ``<version>.model``. naiad imports every model into one
-interpreter, so each import gets a unique package name (``_naiad_python_model_<n>``, whose
+folder to ``sys.path`` and imports ``<version>.model``. A naiad worker process does the same
+with this module; in-process mode imports every model into the server's interpreter, so each
+import gets a unique package name (``_naiad_python_model_<n>``, whose
 ``__path__`` is the version folder: ``from . import helper`` works as in Triton) and the two
 folders are appended to ``sys.path`` (``import helper`` works as in Triton).
 
@@ -57,9 +58,10 @@ class _ModelFinder(importlib.abc.MetaPathFinder):
 _finder = _ModelFinder()
 
 
-def import_model(model_file: Path) -> types.ModuleType:
+def import_model(model_file: str | Path) -> types.ModuleType:
     """Execute ``model_file`` as a new module and return it. Its folder and the folder above
     are appended to ``sys.path``. Exceptions from the model's code propagate."""
+    model_file = Path(model_file)
     version_dir = model_file.parent
     folders = [str(version_dir), str(version_dir.parent)]
     with _lock:

@@ -1,0 +1,1 @@
+"""Isolated execution: each model instance in a supervised worker process."""

@@ -1,0 +1,200 @@
+"""A model instance whose model runs in a worker process, supervised.
+
+``execute`` runs on the instance's thread in the server (the core's one thread per instance):
+it sends the batch to the worker and waits for the answer, so N instances are N processes
+running at once, each with its own GIL. A watcher thread per instance waits for the worker
+to end. When it ends while the instance is serving (killed, segfault, ``os._exit``, out of
+memory), the batch in flight fails at once with UNAVAILABLE naming the model and how the
+worker ended, the instance reads not ready, and the watcher starts a new worker (and runs
+``initialize`` again) after a delay that doubles with each quick crash. Ending an instance
+(unload, shutdown) runs ``finalize`` and never restarts it; :meth:`abort` kills the worker
+at once (shutdown past ``--exit-timeout-secs``).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Sequence
+
+from naiad.errors import InferenceServerError, unavailable
+from naiad.types import InferenceRequest, InferenceResponse, InstanceHealth, ModelInstance
+from naiad_backend_python.isolated.process import (
+    Launch,
+    RegionPolicy,
+    WorkerDied,
+    WorkerProcess,
+    describe_exit,
+    ended_message,
+)
+from naiad_backend_python.settings import PythonBackendSettings
+from naiad_backend_python.stub import naiad_stub_wire as wire
+
+log = logging.getLogger("naiad.backend.python")
+# The worker sends the model's records at INFO and above (DEBUG too with --log-verbose);
+# the server's handlers and their filters decide what is written.
+model_log = logging.getLogger("naiad.model")
+
+# How long a call that saw the socket close waits for the process's exit status.
+EXIT_STATUS_WAIT_S = 1.0
+
+
+class IsolatedInstance(ModelInstance):
+    """One model instance in a supervised worker process."""
+
+    def __init__(self, launch: Launch, init: dict, model_name: str, instance_name: str,
+                 settings: PythonBackendSettings) -> None:
+        """Start the worker and initialize the model in it. Raises
+        :class:`InferenceServerError` (UNAVAILABLE) when either fails."""
+        self.launch = launch
+        self.init_message = init
+        self.model_name = model_name
+        self.instance_name = instance_name
+        self.settings = settings
+        self.regions = RegionPolicy(settings.shm_region_dir, settings.shm_default_byte_size,
+                                    settings.shm_growth_byte_size, settings.shm_max_byte_size)
+        self._lock = threading.Lock()
+        self._stopping = threading.Event()
+        self._restarts = 0
+        self._reason = ""
+        self.worker: WorkerProcess | None = self._start()
+        self.started_at = time.monotonic()
+        self._watcher = threading.Thread(target=self._watch, daemon=True,
+                                         name=f"naiad-watch-{instance_name}")
+        self._watcher.start()
+
+    # --- the contract -------------------------------------------------------------------
+
+    def execute(self, requests: Sequence[InferenceRequest]) -> list[InferenceResponse]:
+        worker = self.worker
+        if worker is None:
+            raise unavailable(self._not_serving())
+        try:
+            return worker.execute(requests)
+        except WorkerDied:
+            returncode = worker.wait(EXIT_STATUS_WAIT_S)
+            with self._lock:  # not ready from now on, before the client hears of it
+                if self.worker is worker:
+                    self.worker = None
+                    self._reason = (f"its worker process (pid {worker.pid}) "
+                                    f"{describe_exit(returncode)}; restarting")
+            raise unavailable(ended_message(
+                self.model_name, self.instance_name, worker.pid, returncode,
+                "while executing the batch; " + ("the server is stopping it" if
+                                                 self._stopping.is_set() else
+                                                 "the instance restarts"))) from None
+
+    def health(self) -> InstanceHealth:
+        return InstanceHealth(ready=self.worker is not None and not self._stopping.is_set(),
+                              reason=self._reason, restarts=self._restarts)
+
+    def close(self) -> None:
+        with self._lock:
+            self._stopping.set()
+            worker, self.worker = self.worker, None
+        if worker is not None:
+            worker.finalize(self.settings.worker_finalize_timeout_seconds)
+        self._watcher.join()
+
+    def abort(self) -> None:
+        with self._lock:
+            self._stopping.set()
+            worker = self.worker
+        if worker is not None:
+            log.warning("model '%s' instance '%s': killing its worker process (pid %d)",
+                        self.model_name, self.instance_name, worker.pid)
+            worker.kill()
+
+    @property
+    def pid(self) -> int | None:
+        """The worker's process id (None while it restarts)."""
+        worker = self.worker
+        return worker.pid if worker is not None else None
+
+    # --- starting and supervising -------------------------------------------------------
+
+    def _start(self) -> WorkerProcess:
+        """A new worker with the model initialized in it."""
+        worker = WorkerProcess(self.launch, self.model_name, self.instance_name, self.regions)
+        try:
+            reply, _ = worker.call({**self.init_message, "protocol": wire.PROTOCOL_VERSION,
+                                    "log_level": min(logging.INFO, model_log.getEffectiveLevel())})
+        except WorkerDied:
+            worker.reap()
+            raise unavailable(ended_message(
+                self.model_name, self.instance_name, worker.pid, worker.process.returncode,
+                f"while starting (interpreter {self.launch.python}, "
+                f"{self.launch.description})")) from None
+        except BaseException:
+            worker.kill()
+            worker.reap()
+            raise
+        if reply.get("op") != "ready":
+            worker.kill()
+            worker.reap()
+            raise unavailable(str(reply.get("message", reply)))
+        log.info("model '%s' instance '%s': worker process %d runs Python %s (%s)",
+                 self.model_name, self.instance_name, worker.pid, reply.get("python_version"),
+                 reply.get("python"))
+        return worker
+
+    def _watch(self) -> None:
+        """Wait for each worker to end; start the next one unless the instance is ending."""
+        delay = self.settings.worker_restart_delay_min_seconds
+        worker = self.worker
+        while worker is not None:
+            returncode = worker.wait()
+            worker.mark_gone()  # a call waiting on its socket returns now
+            if self._stopping.is_set():
+                return
+            lived = time.monotonic() - self.started_at
+            if lived >= self.settings.worker_restart_stable_seconds:
+                delay = self.settings.worker_restart_delay_min_seconds
+            with self._lock:
+                if self.worker is worker:
+                    self.worker = None
+                self._reason = (f"its worker process (pid {worker.pid}) "
+                                f"{describe_exit(returncode)}; restarting")
+            log.error("model '%s' instance '%s': the worker process (pid %d) %s after %.1f s; "
+                      "restarting it in %.2f s", self.model_name, self.instance_name,
+                      worker.pid, describe_exit(returncode), lived, delay)
+            worker.reap()
+            worker = self._restart(delay)
+            delay = min(delay * 2, self.settings.worker_restart_delay_max_seconds)
+
+    def _restart(self, delay: float) -> WorkerProcess | None:
+        """Start workers until one initializes (waiting ``delay`` before each try, doubling);
+        None when the instance is ending meanwhile."""
+        while not self._stopping.wait(delay):
+            try:
+                worker = self._start()
+            except InferenceServerError as exc:
+                self._reason = f"restarting its worker process failed: {exc.message}"
+                log.error("model '%s' instance '%s': %s", self.model_name, self.instance_name,
+                          self._reason)
+                delay = min(delay * 2, self.settings.worker_restart_delay_max_seconds)
+                continue
+            with self._lock:
+                if self._stopping.is_set():
+                    stale = worker
+                else:
+                    stale = None
+                    self.worker = worker
+                    self.started_at = time.monotonic()
+                    self._restarts += 1
+                    self._reason = ""
+            if stale is not None:
+                stale.finalize(self.settings.worker_finalize_timeout_seconds)
+                return None
+            log.info("model '%s' instance '%s' is ready again (restart %d)", self.model_name,
+                     self.instance_name, self._restarts)
+            return worker
+        return None
+
+    def _not_serving(self) -> str:
+        if self._stopping.is_set():
+            return (f"model '{self.model_name}' instance '{self.instance_name}' is being "
+                    f"unloaded")
+        return (f"model '{self.model_name}' instance '{self.instance_name}' is not ready: "
+                f"{self._reason or 'its worker process is starting'}")

@@ -1,0 +1,105 @@
+"""The Python backend's settings: ``--backend-config python,KEY=VALUE`` and, per model,
+``parameters`` in config.pbtxt. Every size and timeout has its unit in its name.
+
+=====================================  ===========  ===========================================
+``--backend-config python,...``        default      what it does
+=====================================  ===========  ===========================================
+``execution-mode``                     ``isolated`` ``isolated``: one worker process per
+                                                    instance; ``in_process``: threads in the
+                                                    server (a model's ``EXECUTION_MODE``
+                                                    parameter overrides it)
+``shm-default-byte-size``              1 MiB        first size of an instance's shared memory
+                                                    region (Triton's name)
+``shm-growth-byte-size``               1 MiB        the region grows in steps of this size
+                                                    (Triton's name)
+``shm-max-byte-size``                  1 GiB        the largest region; bigger batches travel
+                                                    over the worker's socket
+``shm-region-dir``                     /dev/shm     where regions are made
+``worker-finalize-timeout-seconds``    30           how long ``finalize`` may take at unload
+                                                    before the worker is killed
+``worker-restart-delay-min-seconds``   0.5          wait before restarting a dead worker ...
+``worker-restart-delay-max-seconds``   30           ... doubling per quick crash, up to this
+``worker-restart-stable-seconds``      60           a worker that lived this long crashed
+                                                    "slowly": the delay starts over
+``env-cache-dir``                      see below    unpacked and built environments
+                                                    (``environment.default_cache_dir()``)
+``pip-timeout-seconds``                600          the longest a requirements.txt build runs
+=====================================  ===========  ===========================================
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from pathlib import Path
+
+from tritonclient.grpc.model_config_pb2 import ModelConfig
+
+from naiad.errors import invalid_arg
+from naiad_backend_python.environment import default_cache_dir
+
+MIB = 1024 * 1024
+ISOLATED, IN_PROCESS = "isolated", "in_process"
+EXECUTION_MODES = (ISOLATED, IN_PROCESS)
+#: The model parameter that chooses a model's execution mode.
+EXECUTION_MODE_PARAMETER = "EXECUTION_MODE"
+
+
+@dataclass(frozen=True)
+class PythonBackendSettings:
+    execution_mode: str = ISOLATED
+    shm_default_byte_size: int = 1 * MIB
+    shm_growth_byte_size: int = 1 * MIB
+    shm_max_byte_size: int = 1024 * MIB
+    shm_region_dir: str = "/dev/shm"
+    worker_finalize_timeout_seconds: float = 30.0
+    worker_restart_delay_min_seconds: float = 0.5
+    worker_restart_delay_max_seconds: float = 30.0
+    worker_restart_stable_seconds: float = 60.0
+    env_cache_dir: str = ""
+    pip_timeout_seconds: float = 600.0
+
+    @classmethod
+    def parse(cls, backend_config: dict[str, str]) -> PythonBackendSettings:
+        """Settings from ``--backend-config python,KEY=VALUE`` pairs. Keys this backend
+        does not know are left to others (``--backend-config`` also passes shared keys)."""
+        values: dict[str, object] = {}
+        for field in fields(cls):
+            key = field.name.replace("_", "-")
+            if key not in backend_config:
+                continue
+            text = backend_config[key]
+            try:
+                if field.type == "int":
+                    value: object = int(text)
+                elif field.type == "float":
+                    value = float(text)
+                else:
+                    value = text
+            except ValueError:
+                raise invalid_arg(f"--backend-config python,{key}={text}: expected "
+                                  f"{'an integer' if field.type == 'int' else 'a number'}"
+                                  ) from None
+            if isinstance(value, (int, float)) and value < 0:
+                raise invalid_arg(f"--backend-config python,{key}={text}: must not be "
+                                  f"negative")
+            values[field.name] = value
+        settings = cls(**values)  # type: ignore[arg-type]
+        if settings.execution_mode not in EXECUTION_MODES:
+            raise invalid_arg(f"--backend-config python,execution-mode="
+                              f"{settings.execution_mode}: expected one of "
+                              f"{', '.join(EXECUTION_MODES)}")
+        return settings
+
+    def mode_of(self, config: ModelConfig) -> str:
+        """The execution mode of one model: its ``EXECUTION_MODE`` parameter, else the
+        server-wide setting."""
+        if EXECUTION_MODE_PARAMETER not in config.parameters:
+            return self.execution_mode
+        mode = config.parameters[EXECUTION_MODE_PARAMETER].string_value.strip().lower()
+        if mode not in EXECUTION_MODES:
+            raise invalid_arg(f"model '{config.name}': parameter {EXECUTION_MODE_PARAMETER} is "
+                              f"'{mode}', expected one of {', '.join(EXECUTION_MODES)}")
+        return mode
+
+    def cache_dir(self) -> Path:
+        return Path(self.env_cache_dir) if self.env_cache_dir else default_cache_dir()

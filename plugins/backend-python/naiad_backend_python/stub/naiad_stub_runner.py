@@ -1,0 +1,310 @@
+"""Running one ``TritonPythonModel``: import, ``initialize``, ``execute``, ``finalize`` and
+``auto_complete_config``, with Triton's checks and Triton's error texts.
+
+Both execution modes run models through this module, so a model behaves the same in a worker
+process and in-process: the worker encodes the results as messages, the in-process instance
+turns them into naiad's types. It needs only the standard library and numpy (it runs in any
+Python 3.9 or newer a model's environment brings), and it knows nothing of naiad's types:
+requests are objects with ``id``, ``inputs`` (name -> an object with ``name``, ``datatype``
+and ``data``), ``parameters`` and ``requested_outputs`` (None, or objects with a ``name``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import traceback
+from collections.abc import Sequence
+from typing import Any, Dict, List, Optional, Tuple
+
+import numpy as np
+
+if __package__:  # imported by the server (in-process mode)
+    from . import naiad_stub_loader as loader
+    from . import triton_python_backend_utils as pb_utils
+else:  # a worker process
+    import naiad_stub_loader as loader
+    import triton_python_backend_utils as pb_utils
+
+# pb_utils.TritonError codes -> naiad status names (UNKNOWN is a server-side failure). A
+# TritonError made without a code is INTERNAL: tritonserver 2.51 answers it with HTTP 500.
+ERROR_STATUS = {
+    pb_utils.TritonError.UNKNOWN: "INTERNAL",
+    pb_utils.TritonError.INTERNAL: "INTERNAL",
+    pb_utils.TritonError.NOT_FOUND: "NOT_FOUND",
+    pb_utils.TritonError.INVALID_ARG: "INVALID_ARG",
+    pb_utils.TritonError.UNAVAILABLE: "UNAVAILABLE",
+    pb_utils.TritonError.UNSUPPORTED: "UNSUPPORTED",
+    pb_utils.TritonError.ALREADY_EXISTS: "ALREADY_EXISTS",
+    pb_utils.TritonError.CANCELLED: "CANCELLED",
+}
+
+# An exception raised by execute fails every request of the batch. tritonserver 2.51 answers
+# 500 / INTERNAL; naiad answers 400 / INVALID_ARGUMENT because what a model raises on is most
+# often the request it was given, and a 5xx invites retries that cannot succeed.
+EXECUTE_FAILURE_STATUS = "INVALID_ARG"
+# A model that breaks the execute contract (not a list, the wrong number of responses, not
+# an InferenceResponse) is broken whatever the input: 500 / INTERNAL, as in Triton.
+CONTRACT_FAILURE_STATUS = "INTERNAL"
+
+_INSTANCE_KINDS = {"KIND_CPU": "CPU", "KIND_GPU": "GPU", "KIND_MODEL": "MODEL", "KIND_AUTO": "CPU"}
+_STUB_FILES = os.path.dirname(os.path.abspath(__file__)) + os.sep
+
+_PbResponse = pb_utils.InferenceResponse
+_PbTensor = pb_utils.Tensor
+_wrap_request = pb_utils.InferenceRequest._wrap
+_thread_state = pb_utils._current
+
+#: One output: (name, V2 datatype, array).
+Output = Tuple[str, str, np.ndarray]
+#: One response: its outputs, its parameters (or None), and (status name, message) when the
+#: model answered this request with an error.
+Result = Tuple[List[Output], Optional[Dict[str, Any]], Optional[Tuple[str, str]]]
+
+
+class LoadFailure(Exception):
+    """The model could not be imported or initialized (the message says why)."""
+
+
+class BatchFailure(Exception):
+    """``execute`` failed as a whole: every request of the batch gets this error."""
+
+    def __init__(self, status: str, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+class _ContractError(Exception):
+    """The model broke the execute contract (its message is Triton's, without a type)."""
+
+
+def describe(exc: BaseException) -> str:
+    """``Type: message`` and the model's frames, innermost first, as Triton shows errors
+    raised in Python models (``At:`` lines of ``file(line): function``)."""
+    frames = [frame for frame in traceback.extract_tb(exc.__traceback__)
+              if not frame.filename.startswith(_STUB_FILES)]
+    text = f"{type(exc).__name__}: {exc}"
+    if frames:
+        text += "\n\nAt:\n" + "".join(f"  {f.filename}({f.lineno}): {f.name}\n"
+                                      for f in reversed(frames))
+    return text
+
+
+def initialize_args(config_json: str, instance_kind: str, instance_name: str,
+                    device_id: int, model_dir: str, version: int, model_name: str
+                    ) -> dict[str, str]:
+    """The ``args`` Triton passes to ``initialize``: every value a str."""
+    return {
+        "model_config": config_json,
+        "model_instance_kind": _INSTANCE_KINDS.get(instance_kind, instance_kind),
+        "model_instance_name": instance_name,
+        "model_instance_device_id": str(device_id),
+        "model_repository": model_dir,
+        "model_version": str(version),
+        "model_name": model_name,
+    }
+
+
+def auto_complete(model_file: str, config_json: str, model_name: str) -> dict[str, Any]:
+    """What ``TritonPythonModel.auto_complete_config`` (a static method, if the model has
+    one) makes of the config (a JSON string); the config itself when there is none. Raises
+    :class:`LoadFailure` with Triton's message when it returns something else; the model's
+    own exceptions propagate."""
+    pb_utils._set_model_dir(os.path.dirname(model_file))
+    module = loader.import_model(model_file)
+    try:
+        model_class = getattr(module, "TritonPythonModel", None)
+        if model_class is None or not hasattr(model_class, "auto_complete_config"):
+            return json.loads(config_json)
+        result = model_class.auto_complete_config(pb_utils.ModelConfig(config_json))
+        if not isinstance(result, pb_utils.ModelConfig):
+            raise LoadFailure(f"auto_complete_config function in model '{model_name}' must "
+                              f"return a valid pb.ModelConfig object.")
+        return result.as_dict()
+    finally:
+        loader.forget_model(module)
+
+
+class ModelRunner:
+    """One ``TritonPythonModel`` object, imported and initialized."""
+
+    def __init__(self, model_file: str, args: dict[str, str], output_names: Sequence[str],
+                 whole_process: bool = False) -> None:
+        """Import ``model_file`` and run ``initialize(args)``. Raises :class:`LoadFailure`.
+        ``whole_process``: this process serves only this model (a worker)."""
+        name = args["model_name"]
+        self.model_name = name
+        self.instance_name = args["model_instance_name"]
+        self.model_file = model_file
+        self.version_dir = os.path.dirname(model_file)
+        # What a request that names no outputs gets, as Triton: every output of the config.
+        self.output_names = frozenset(output_names)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._closed = False
+        pb_utils._set_model_dir(self.version_dir, whole_process)
+        try:
+            module = loader.import_model(model_file)
+        except Exception as exc:
+            raise LoadFailure(f"model '{name}': failed to import '{model_file}': "
+                              f"{describe(exc)}") from exc
+        self.module = module
+        try:
+            model_class = getattr(module, "TritonPythonModel", None)
+            if model_class is None:
+                raise LoadFailure(f"model '{name}': '{model_file}' does not define a class named "
+                                  "TritonPythonModel")
+            try:
+                model = model_class()
+                initialize = getattr(model, "initialize", None)
+                if initialize is not None:
+                    _finish(initialize(args))
+            except Exception as exc:
+                raise LoadFailure(f"model '{name}' failed to initialize: {describe(exc)}") from exc
+        except BaseException:
+            loader.forget_model(module)
+            raise
+        self.model = model
+        self._execute = getattr(model, "execute", None) or self._missing_execute
+
+    def execute(self, requests: Sequence[Any]) -> list[Result]:
+        """Run ``execute`` on a batch; one result per request. Raises
+        :class:`BatchFailure` when the batch failed as a whole."""
+        _thread_state.model_dir = self.version_dir  # for pb_utils.get_model_dir()
+        wrap = _wrap_request
+        output_names = self.output_names
+        pb_requests = [wrap(request, output_names) for request in requests]
+        try:
+            returned = self._execute(pb_requests)
+            if type(returned) is not list:
+                returned = self._unusual_return(returned, len(requests))
+            if len(returned) != len(requests):
+                raise _ContractError(
+                    "Number of InferenceResponse objects do not match the number of "
+                    f"InferenceRequest objects. InferenceRequest(s) size is:{len(requests)}, "
+                    f"and InferenceResponse(s) size is:{len(returned)}\n")
+            convert = self._convert
+            return [convert(response, request, pb_request) for response, request, pb_request
+                    in zip(returned, requests, pb_requests)]
+        except Exception as exc:
+            raise self._failure(exc) from None
+
+    def finalize(self) -> str | None:
+        """Run ``finalize``; the error it raised, described, or None."""
+        if self._closed:
+            return None
+        self._closed = True
+        pb_utils._set_model_dir(self.version_dir)
+        finalize = getattr(self.model, "finalize", None)
+        try:
+            if finalize is not None:
+                _finish(finalize(), self._loop)
+            return None
+        except Exception as exc:  # Triton logs a failing finalize and carries on
+            return describe(exc)
+        finally:
+            if self._loop is not None:
+                self._loop.close()
+            loader.forget_model(self.module)
+
+    # --- helpers ------------------------------------------------------------------------
+
+    def _missing_execute(self, requests: list[Any]) -> Any:
+        raise _ContractError(f"Python model {self.module.__file__} does not implement "
+                             f"`execute` method.")
+
+    def _unusual_return(self, returned: Any, count: int) -> list[Any]:
+        """What ``execute`` returned when it is not a list: a coroutine (``async def
+        execute``, run to completion on this instance's own event loop) or None (the
+        responses went through response senders)."""
+        if asyncio.iscoroutine(returned):
+            if self._loop is None:
+                self._loop = asyncio.new_event_loop()
+            returned = self._loop.run_until_complete(returned)
+            if type(returned) is list:
+                return returned
+        if returned is None:
+            return [None] * count
+        raise _ContractError(f"Expected a list in the execute return, found type "
+                             f"'{type(returned)}'.")
+
+    def _convert(self, response: Any, request: Any, pb_request: Any) -> Result:
+        if type(response) is not _PbResponse:
+            if response is None:
+                response = _sent_response(pb_request)
+            elif not isinstance(response, _PbResponse):
+                raise _ContractError("Expected an 'InferenceResponse' object in the execute "
+                                     f"function return list, found type '{type(response)}'.")
+        error = response._error
+        if error is not None:
+            return [], None, (ERROR_STATUS.get(error.code(), "INTERNAL"), error.message())
+        requested = request.requested_outputs
+        # Triton prunes what the request did not ask for (all of the config's outputs when
+        # it names none); a config without outputs prunes nothing.
+        wanted = self.output_names if requested is None else {o.name for o in requested}
+        outputs = []
+        for tensor in response._output_tensors:
+            if type(tensor) is not _PbTensor:
+                raise _ContractError("Expected a 'Tensor' object in the output_tensors of an "
+                                     f"InferenceResponse, found type '{type(tensor)}'.")
+            name = tensor._name
+            if wanted and name not in wanted:
+                continue
+            array = tensor._array
+            datatype = tensor._datatype
+            if datatype == "BYTES":
+                array = _bytes_array(array)
+            outputs.append((name, datatype, array))
+        parameters = response._parameters
+        return outputs, (dict(parameters) if parameters else None), None
+
+    def _failure(self, exc: Exception) -> BatchFailure:
+        """The error every request of a failed batch gets (Triton's wording)."""
+        status = EXECUTE_FAILURE_STATUS
+        if isinstance(exc, _ContractError):
+            detail = str(exc)
+            status = CONTRACT_FAILURE_STATUS
+        else:
+            detail = describe(exc)
+            if isinstance(exc, pb_utils.TritonError):
+                status = ERROR_STATUS.get(exc.code(), status)
+        return BatchFailure(status, f"Failed to process the request(s) for model "
+                                    f"'{self.instance_name}', message: {detail}")
+
+
+def _sent_response(request: Any) -> Any:
+    sender = request._sender
+    if sender is None or sender._response is None:
+        raise _ContractError("Expected an 'InferenceResponse' object in the execute function "
+                             "return list, found type '<class 'NoneType'>'.")
+    return sender._response
+
+
+def _bytes_array(array: np.ndarray) -> np.ndarray:
+    """A BYTES output as an object array of ``bytes`` (str items are UTF-8 encoded, other
+    objects ``str()``-ed, as Triton serializes them). Returns ``array`` itself when it
+    already is one."""
+    if array.dtype == np.object_:
+        for item in array.flat:
+            if type(item) is not bytes:
+                break
+        else:
+            return array
+        out = np.empty(array.shape, dtype=object)
+        out.flat[:] = [item if type(item) is bytes else
+                       item.encode("utf-8") if isinstance(item, str) else
+                       bytes(item) if isinstance(item, (bytes, bytearray, memoryview)) else
+                       str(item).encode("utf-8")
+                       for item in array.flat]
+        return out
+    return array.astype(object)  # np.bytes_ ("S") array: its items become bytes
+
+
+def _finish(result: Any, loop: asyncio.AbstractEventLoop | None = None) -> Any:
+    """Await ``result`` if ``initialize``/``finalize`` was an ``async def``."""
+    if not asyncio.iscoroutine(result):
+        return result
+    if loop is None or loop.is_closed():
+        return asyncio.run(result)
+    return loop.run_until_complete(result)

@@ -1,0 +1,772 @@
+"""``triton_python_backend_utils`` for naiad: the module Triton Python models import as
+``pb_utils``, with the names and behaviour of Triton's (tritonserver 2.51, python_backend).
+
+In Triton part of this module is written in C++. In naiad everything is Python, and the same
+file serves both execution modes: in a model's worker process (isolated, the default) it is
+the top-level module found beside ``naiad_stub_main.py``, and inside the server (in-process
+mode) the top-level ``triton_python_backend_utils`` module is this one too. It needs only
+numpy (and ml_dtypes for BF16), so it runs in any Python 3.9 or newer a model's environment
+brings. Tensors wrap numpy arrays without copying them; BYTES tensors are numpy object
+arrays of ``bytes``.
+
+Not available yet (each raises :class:`TritonModelException` when used): BLS
+(``InferenceRequest.exec``/``async_exec``), decoupled response senders, ``load_model``,
+``unload_model``, ``is_model_ready`` and custom metrics (``MetricFamily``).
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import logging
+import threading
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import numpy as np
+
+if __package__:  # imported by the server (in-process mode)
+    from . import naiad_stub_wire as _wire
+else:  # imported in a worker process, from the folder of naiad_stub_main.py
+    import naiad_stub_wire as _wire
+
+NUMPY_DTYPES = _wire.NUMPY_DTYPES
+
+# --- data types -------------------------------------------------------------------------
+
+TRITON_STRING_TO_NUMPY = {
+    "TYPE_BOOL": bool,
+    "TYPE_UINT8": np.uint8,
+    "TYPE_UINT16": np.uint16,
+    "TYPE_UINT32": np.uint32,
+    "TYPE_UINT64": np.uint64,
+    "TYPE_INT8": np.int8,
+    "TYPE_INT16": np.int16,
+    "TYPE_INT32": np.int32,
+    "TYPE_INT64": np.int64,
+    "TYPE_FP16": np.float16,
+    "TYPE_FP32": np.float32,
+    "TYPE_FP64": np.float64,
+    "TYPE_STRING": np.object_,
+}
+
+# TRITONSERVER_DataType values, the numbers triton_dtype() and the converters use.
+_TRITON_CODES = {
+    "BOOL": 1, "UINT8": 2, "UINT16": 3, "UINT32": 4, "UINT64": 5, "INT8": 6, "INT16": 7,
+    "INT32": 8, "INT64": 9, "FP16": 10, "FP32": 11, "FP64": 12, "BYTES": 13, "BF16": 14,
+}
+_CODE_TO_NUMPY: dict[int, Any] = {
+    code: (np.object_ if NUMPY_DTYPES[name] is None else NUMPY_DTYPES[name].type)  # type: ignore[union-attr]
+    for name, code in _TRITON_CODES.items() if name in NUMPY_DTYPES
+}
+# numpy dtype -> V2 datatype name, from naiad's one datatype table.
+_DATATYPE_OF: dict[np.dtype, str] = {
+    dtype: name for name, dtype in NUMPY_DTYPES.items() if dtype is not None
+}
+_DATATYPE_OF[np.dtype(object)] = "BYTES"
+
+
+def triton_to_numpy_type(data_type: int) -> Any:
+    """TRITONSERVER_DataType number -> numpy type (None when unknown)."""
+    return _CODE_TO_NUMPY.get(data_type)
+
+
+def numpy_to_triton_type(data_type: Any) -> int | None:
+    """numpy dtype or type -> TRITONSERVER_DataType number (None when unsupported)."""
+    try:
+        dtype = np.dtype(data_type)
+    except TypeError:
+        return None
+    name = _datatype_of(dtype)
+    return None if name is None else _TRITON_CODES[name]
+
+
+def triton_string_to_numpy(triton_type_string: str) -> Any:
+    """``"TYPE_FP32"`` -> ``np.float32`` (config data_type name -> numpy type)."""
+    return TRITON_STRING_TO_NUMPY[triton_type_string]
+
+
+def _datatype_of(dtype: np.dtype) -> str | None:
+    name = _DATATYPE_OF.get(dtype)
+    if name is None and dtype.kind == "S":  # np.bytes_ arrays are BYTES, as in Triton
+        return "BYTES"
+    return name
+
+
+# --- BYTES tensors ----------------------------------------------------------------------
+
+
+def serialize_byte_tensor(input_tensor: np.ndarray) -> bytes | tuple[()] | None:
+    """A BYTES tensor (object or ``np.bytes_`` array) -> each element as a 4-byte
+    little-endian length and its bytes, in C order. Non-bytes objects are ``str()``-ed and
+    UTF-8 encoded. ``()`` for an empty tensor, None for other dtypes (as Triton)."""
+    if input_tensor.size == 0:
+        return ()
+    if input_tensor.dtype != np.object_ and input_tensor.dtype.type != np.bytes_:
+        return None
+    return _wire.serialize_bytes(input_tensor)
+
+
+def deserialize_bytes_tensor(encoded_tensor: bytes) -> np.ndarray:
+    """The serialized form of a BYTES tensor -> a flat object array of ``bytes``."""
+    return _wire.deserialize_bytes(encoded_tensor)
+
+
+# --- errors -----------------------------------------------------------------------------
+
+
+class TritonModelException(Exception):
+    """Raised by this module when a model misuses it (and by models, to fail a batch)."""
+
+    def message(self) -> str:
+        return str(self)
+
+
+class _ErrorCode(enum.IntEnum):
+    """TRITONSERVER_Error_Code."""
+
+    UNKNOWN = 0
+    INTERNAL = 1
+    NOT_FOUND = 2
+    INVALID_ARG = 3
+    UNAVAILABLE = 4
+    UNSUPPORTED = 5
+    ALREADY_EXISTS = 6
+    CANCELLED = 7
+
+
+class TritonError(Exception):
+    """An error a model puts in an :class:`InferenceResponse` (``error=``).
+
+    ``code`` is one of the class attributes (``TritonError.INVALID_ARG``...); the default
+    is ``INTERNAL``, which clients see as HTTP 500 / gRPC INTERNAL, as with Triton. Unlike
+    Triton's, this class is also an exception: raising it from ``execute`` fails the batch
+    with its code.
+    """
+
+    UNKNOWN = _ErrorCode.UNKNOWN
+    INTERNAL = _ErrorCode.INTERNAL
+    NOT_FOUND = _ErrorCode.NOT_FOUND
+    INVALID_ARG = _ErrorCode.INVALID_ARG
+    UNAVAILABLE = _ErrorCode.UNAVAILABLE
+    UNSUPPORTED = _ErrorCode.UNSUPPORTED
+    ALREADY_EXISTS = _ErrorCode.ALREADY_EXISTS
+    CANCELLED = _ErrorCode.CANCELLED
+
+    def __init__(self, message: str, code: int = _ErrorCode.INTERNAL) -> None:
+        if message is None:
+            raise TypeError("TritonError(): message must be a str, not None")
+        super().__init__(message)
+        self._message = str(message)
+        self._code = _ErrorCode(code)
+
+    def message(self) -> str:
+        return self._message
+
+    def code(self) -> _ErrorCode:
+        return self._code
+
+
+def _unsupported(what: str) -> TritonModelException:
+    return TritonModelException(f"{what} is not supported by naiad's Python backend yet")
+
+
+# --- tensors ----------------------------------------------------------------------------
+
+
+class Tensor:
+    """A named tensor holding a numpy array (never copied unless it is not C-contiguous)."""
+
+    __slots__ = ("_array", "_datatype", "_name")
+
+    def __init__(self, name: str, numpy_array: Any) -> None:
+        if not name:
+            raise TritonModelException("Tensor name cannot be an empty string.")
+        array = numpy_array if type(numpy_array) is np.ndarray else np.asarray(numpy_array)
+        datatype = _DATATYPE_OF.get(array.dtype)
+        if datatype is None:
+            datatype = _datatype_of(array.dtype)
+            if datatype is None:
+                raise TritonModelException("NumPy dtype is not supported.")
+        if not array.flags.c_contiguous:
+            array = np.ascontiguousarray(array)
+        self._name = name
+        self._array = array
+        self._datatype = datatype
+
+    def name(self) -> str:
+        return self._name
+
+    def as_numpy(self) -> np.ndarray:
+        """The numpy array itself (input arrays may be read-only: they view request bytes)."""
+        return self._array
+
+    def triton_dtype(self) -> int:
+        """The TRITONSERVER_DataType number (``11`` for FP32, ``13`` for BYTES...)."""
+        return _TRITON_CODES[self._datatype]
+
+    def shape(self) -> list[int]:
+        return list(self._array.shape)
+
+    def is_cpu(self) -> bool:
+        return True
+
+    def to_dlpack(self) -> Any:
+        """A DLPack capsule sharing the data (a copy when the array is read-only, which
+        DLPack 0.x cannot express)."""
+        if self._datatype == "BYTES":
+            raise TritonModelException("DLPack does not have support for string tensors.")
+        try:
+            return self._array.__dlpack__()
+        except BufferError:
+            return np.array(self._array, copy=True).__dlpack__()
+
+    def __dlpack__(self, stream: Any = None, **kwargs: Any) -> Any:
+        if self._datatype == "BYTES":
+            raise TritonModelException("DLPack does not have support for string tensors.")
+        try:
+            return self._array.__dlpack__(stream=stream, **kwargs)
+        except BufferError:
+            return np.array(self._array, copy=True).__dlpack__(stream=stream, **kwargs)
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        return (1, 0)  # kDLCPU, device 0
+
+    @staticmethod
+    def from_dlpack(name: str, dlpack_tensor: Any) -> Tensor:
+        """A tensor from a DLPack capsule or an object with ``__dlpack__`` (CPU memory only)."""
+        if not name:
+            raise TritonModelException("Tensor name cannot be an empty string.")
+        source = dlpack_tensor
+        if not hasattr(dlpack_tensor, "__dlpack__"):
+            source = _Capsule(dlpack_tensor)
+        try:
+            array = np.from_dlpack(source)
+        except (BufferError, RuntimeError, TypeError, ValueError) as exc:
+            raise TritonModelException(
+                f"Tensor.from_dlpack('{name}'): {exc} (naiad's Python backend supports CPU "
+                f"DLPack tensors only)") from exc
+        return Tensor(name, array)
+
+    def __repr__(self) -> str:
+        return f"Tensor({self._name!r}, {self._datatype}, shape={list(self._array.shape)})"
+
+
+def _input_tensor(name: str, array: np.ndarray, datatype: str) -> Tensor:
+    """A tensor over one of the server's input arrays, made without any checks."""
+    tensor = _new_tensor(Tensor)
+    tensor._name = name
+    tensor._array = array
+    tensor._datatype = datatype
+    return tensor
+
+
+_new_tensor = object.__new__
+
+
+class _Capsule:
+    """Gives a bare DLPack capsule the protocol ``np.from_dlpack`` expects."""
+
+    __slots__ = ("capsule",)
+
+    def __init__(self, capsule: Any) -> None:
+        self.capsule = capsule
+
+    def __dlpack__(self, stream: Any = None, **kwargs: Any) -> Any:
+        return self.capsule
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        return (1, 0)
+
+
+# --- requests and responses -------------------------------------------------------------
+
+TRITONSERVER_REQUEST_FLAG_SEQUENCE_START = 1
+TRITONSERVER_REQUEST_FLAG_SEQUENCE_END = 2
+TRITONSERVER_RESPONSE_COMPLETE_FINAL = 1
+TRITONSERVER_REQUEST_RELEASE_ALL = 1
+TRITONSERVER_REQUEST_RELEASE_RESCHEDULE = 2
+
+# Request parameters Triton consumes itself and never shows the model.
+_RESERVED_PARAMETERS = frozenset({
+    "sequence_id", "sequence_start", "sequence_end", "priority", "timeout",
+    "binary_data_output",
+})
+
+
+class PreferredMemory:
+    """Where BLS outputs should live (accepted for compatibility; naiad keeps CPU memory)."""
+
+    def __init__(self, preferred_memory_type: int, preferred_device_id: int = 0) -> None:
+        self.preferred_memory_type = preferred_memory_type
+        self.preferred_device_id = preferred_device_id
+
+
+TRITONSERVER_MEMORY_GPU = 0
+TRITONSERVER_MEMORY_CPU = 1
+
+
+class _InferenceTrace:
+    def get_context(self) -> str | None:
+        return None
+
+
+class InferenceRequest:
+    """One request in the list ``execute`` receives.
+
+    The server makes these from its own requests without copying tensors; values that
+    need work (``parameters()``, ``correlation_id()``...) are computed when asked for.
+    Constructing one in a model (for BLS) works, but ``exec`` is not supported yet.
+    """
+
+    __slots__ = (
+        "_correlation_id",
+        "_flags",
+        "_inputs",
+        "_model_name",
+        "_model_version",
+        "_output_names",
+        "_parameters",
+        "_request_id",
+        "_requested",
+        "_sender",
+        "_source",
+        "_timeout",
+    )
+
+    def __init__(self, request_id: str = "", correlation_id: int | str = 0,
+                 inputs: Sequence[Tensor] = (), requested_output_names: Iterable[str] = (),
+                 model_name: str = "", model_version: int = -1, flags: int = 0,
+                 timeout: int = 0, preferred_memory: PreferredMemory | None = None,
+                 trace: Any = None, parameters: dict[str, Any] | None = None) -> None:
+        self._source = None
+        self._inputs = list(inputs)
+        self._output_names = None
+        self._requested = set(requested_output_names)
+        self._request_id = request_id
+        self._correlation_id = correlation_id
+        self._model_name = model_name
+        self._model_version = model_version
+        self._flags = flags
+        self._timeout = timeout
+        self._parameters = _parameters_json(parameters or {})
+        self._sender = None
+
+    @classmethod
+    def _wrap(cls, source: Any, output_names: frozenset[str]) -> InferenceRequest:
+        """A view of a ``naiad.types.InferenceRequest``; ``output_names`` are the model's."""
+        request = object.__new__(cls)
+        request._source = source
+        request._inputs = None
+        request._output_names = output_names
+        request._parameters = None
+        request._flags = None
+        request._sender = None
+        return request
+
+    def inputs(self) -> list[Tensor]:
+        inputs = self._inputs
+        if inputs is None:
+            inputs = self._inputs = [_input_tensor(t.name, t.data, t.datatype)
+                                     for t in self._source.inputs.values()]
+        return inputs
+
+    def request_id(self) -> str:
+        return self._request_id if self._source is None else self._source.id
+
+    def correlation_id(self) -> int | str:
+        """The sequence id (an int or a str), 0 outside a sequence."""
+        if self._source is None:
+            return self._correlation_id
+        return self._source.parameters.get("sequence_id", 0)
+
+    def flags(self) -> int:
+        """``TRITONSERVER_REQUEST_FLAG_SEQUENCE_START`` / ``_END`` bits."""
+        flags = self._flags
+        if flags is None:
+            params = self._source.parameters
+            flags = 0
+            if params:
+                if params.get("sequence_start"):
+                    flags |= TRITONSERVER_REQUEST_FLAG_SEQUENCE_START
+                if params.get("sequence_end"):
+                    flags |= TRITONSERVER_REQUEST_FLAG_SEQUENCE_END
+            self._flags = flags
+        return flags
+
+    def set_flags(self, flags: int) -> None:
+        self._flags = flags
+
+    def timeout(self) -> int:
+        """The request's timeout in microseconds, 0 when none was given."""
+        if self._source is None:
+            return self._timeout
+        return int(self._source.parameters.get("timeout", 0))
+
+    def parameters(self) -> str:
+        """The request's parameters as a JSON object string (``"{}"`` when none)."""
+        text = self._parameters
+        if text is None:
+            params = self._source.parameters
+            if params:
+                params = {k: v for k, v in params.items() if k not in _RESERVED_PARAMETERS}
+            text = self._parameters = (
+                json.dumps(params, separators=(",", ":")) if params else "{}")
+        return text
+
+    def requested_output_names(self) -> set[str]:
+        """The outputs to compute: the ones the client asked for, else every output."""
+        if self._source is None:
+            return self._requested
+        requested = self._source.requested_outputs
+        if requested is None:
+            return set(self._output_names)
+        return {output.name for output in requested}
+
+    def get_response_sender(self) -> InferenceResponseSender:
+        """A sender for this request's one response (non-decoupled models may ``send`` it
+        with ``TRITONSERVER_RESPONSE_COMPLETE_FINAL`` and return None from ``execute``)."""
+        sender = self._sender
+        if sender is None:
+            sender = self._sender = InferenceResponseSender()
+        return sender
+
+    def is_cancelled(self) -> bool:
+        return False
+
+    def set_release_flags(self, flags: int) -> None:
+        if flags != TRITONSERVER_REQUEST_RELEASE_ALL:
+            raise _unsupported("Rescheduling a request (set_release_flags)")
+
+    def trace(self) -> _InferenceTrace:
+        return _InferenceTrace()
+
+    def exec(self, decoupled: bool = False) -> InferenceResponse:
+        raise _unsupported("BLS (InferenceRequest.exec)")
+
+    def async_exec(self, decoupled: bool = False) -> Any:
+        raise _unsupported("BLS (InferenceRequest.async_exec)")
+
+
+class InferenceResponse:
+    """The response to one request: output tensors, or an error."""
+
+    __slots__ = ("_error", "_output_tensors", "_parameters")
+
+    def __init__(self, output_tensors: Sequence[Tensor] | None = None,
+                 error: TritonError | None = None,
+                 parameters: dict[str, Any] | None = None) -> None:
+        if output_tensors is None:
+            output_tensors = []
+        elif type(output_tensors) is not list:
+            output_tensors = list(output_tensors)
+        if error is not None and not isinstance(error, TritonError):
+            raise TypeError(f"InferenceResponse(): error must be a TritonError, "
+                            f"not {type(error).__name__}")
+        if parameters:
+            _check_parameters(parameters)
+        self._output_tensors = output_tensors
+        self._error = error
+        self._parameters = parameters
+
+    def output_tensors(self) -> list[Tensor]:
+        return self._output_tensors
+
+    def has_error(self) -> bool:
+        return self._error is not None
+
+    def error(self) -> TritonError | None:
+        return self._error
+
+    def parameters(self) -> str:
+        """The response's parameters as a JSON object string."""
+        return json.dumps(self._parameters or {})
+
+
+class InferenceResponseSender:
+    """Sends a request's response from inside ``execute`` (one final response: decoupled
+    models, which send many, are not supported yet)."""
+
+    __slots__ = ("_closed", "_response")
+
+    def __init__(self) -> None:
+        self._response: InferenceResponse | None = None
+        self._closed = False
+
+    def send(self, response: InferenceResponse | None = None, flags: int = 0) -> None:
+        if self._closed:
+            raise TritonModelException("Unable to send response. Response sender has been "
+                                       "closed.")
+        final = bool(flags & TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+        if response is not None:
+            if not isinstance(response, InferenceResponse):
+                raise TypeError(f"send(): response must be an InferenceResponse, "
+                                f"not {type(response).__name__}")
+            if not final:
+                raise _unsupported("Sending a response without "
+                                   "TRITONSERVER_RESPONSE_COMPLETE_FINAL (decoupled mode)")
+            self._response = response
+        self._closed = final
+
+    def is_cancelled(self) -> bool:
+        return False
+
+
+def _check_parameters(parameters: dict[str, Any]) -> None:
+    if not isinstance(parameters, dict):
+        raise TritonModelException(f"Expect dict, got {type(parameters)}")
+    for key, value in parameters.items():
+        if not isinstance(key, str):
+            raise TritonModelException(
+                f"Expect parameters keys to have type str, found type {type(key)}")
+        if not isinstance(value, (bool, int, str)):
+            raise TritonModelException(
+                f"Expect parameters values to have type bool/int/str, found type {type(value)}")
+
+
+def _parameters_json(parameters: dict[str, Any]) -> str:
+    _check_parameters(parameters)
+    return json.dumps(parameters)
+
+
+# --- lookups ----------------------------------------------------------------------------
+
+
+def get_input_tensor_by_name(inference_request: InferenceRequest, name: str) -> Tensor | None:
+    """The request's input called ``name``, or None."""
+    for tensor in inference_request.inputs():
+        if tensor.name() == name:
+            return tensor
+    return None
+
+
+def get_output_tensor_by_name(inference_response: InferenceResponse, name: str) -> Tensor | None:
+    """The response's output called ``name``, or None."""
+    for tensor in inference_response.output_tensors():
+        if tensor.name() == name:
+            return tensor
+    return None
+
+
+def get_input_config_by_name(model_config: dict[str, Any], name: str) -> dict[str, Any] | None:
+    """The ``input`` entry called ``name`` of a model config dict, or None."""
+    for properties in model_config.get("input", ()):
+        if properties["name"] == name:
+            return properties
+    return None
+
+
+def get_output_config_by_name(model_config: dict[str, Any], name: str) -> dict[str, Any] | None:
+    """The ``output`` entry called ``name`` of a model config dict, or None."""
+    for properties in model_config.get("output", ()):
+        if properties["name"] == name:
+            return properties
+    return None
+
+
+def using_decoupled_model_transaction_policy(model_config: dict[str, Any]) -> bool:
+    """Whether the config dict sets ``model_transaction_policy { decoupled: true }``."""
+    if "model_transaction_policy" in model_config:
+        return bool(model_config["model_transaction_policy"].get("decoupled", False))
+    return False
+
+
+# --- the model's directory --------------------------------------------------------------
+
+_current = threading.local()
+
+
+def get_model_dir() -> str:
+    """The folder holding the running model's file (``<repository>/<model>/<version>``).
+
+    naiad sets it for the thread that runs a model's ``auto_complete_config``,
+    ``initialize``, ``execute`` and ``finalize``; in a worker process, which serves one
+    model, every thread sees it.
+    """
+    return getattr(_current, "model_dir", _process_model_dir)
+
+
+_process_model_dir = ""
+
+
+def _set_model_dir(path: str, whole_process: bool = False) -> None:
+    global _process_model_dir
+    _current.model_dir = path
+    if whole_process:
+        _process_model_dir = path
+
+
+# --- auto-complete ----------------------------------------------------------------------
+
+
+class ModelConfig:
+    """The model configuration ``TritonPythonModel.auto_complete_config`` receives and
+    returns. Only inputs, outputs, max_batch_size, dynamic batching and the transaction
+    policy may be changed, with the checks Triton makes."""
+
+    def __init__(self, model_config: str) -> None:
+        self._model_config: dict[str, Any] = json.loads(model_config)
+
+    def as_dict(self) -> dict[str, Any]:
+        return self._model_config
+
+    @property
+    def _name(self) -> str:
+        return str(self._model_config.get("name", ""))
+
+    def set_max_batch_size(self, max_batch_size: int) -> None:
+        current = self._model_config.get("max_batch_size", 0)
+        if current > max_batch_size:
+            raise ValueError(
+                f"configuration specified max_batch_size {current}, but in "
+                f"auto-complete-config function for model '{self._name}' specified "
+                f"max_batch_size {max_batch_size}")
+        self._model_config["max_batch_size"] = max_batch_size
+
+    def set_dynamic_batching(self) -> None:
+        for scheduler in ("sequence_batching", "ensemble_scheduling"):
+            if scheduler in self._model_config:
+                raise ValueError(
+                    f"Configuration specified scheduling_choice as '{scheduler}', but "
+                    f"auto-complete-config function for model '{self._name}' tries to set "
+                    f"scheduling_choice as 'dynamic_batching'")
+        self._model_config.setdefault("dynamic_batching", {})
+
+    def add_input(self, input: dict[str, Any]) -> None:
+        self._add_tensor("input", input, ("name", "data_type", "dims", "optional"))
+
+    def add_output(self, output: dict[str, Any]) -> None:
+        self._add_tensor("output", output, ("name", "data_type", "dims"))
+
+    def _add_tensor(self, kind: str, tensor: dict[str, Any], valid: tuple[str, ...]) -> None:
+        model = self._name
+        label = f"{kind} '{tensor.get('name', '')}'"
+        for key in tensor:
+            if key not in valid:
+                allowed = ", ".join(f"'{v}'" for v in valid[:-1]) + f" and '{valid[-1]}'"
+                raise ValueError(f"{label} in auto-complete-config function for model "
+                                 f"'{model}' contains property other than {allowed}.")
+        if "name" not in tensor:
+            raise ValueError(f"{kind} in auto-complete-config function for model '{model}' "
+                             f"is missing 'name' property.")
+        for key in ("data_type", "dims"):
+            if key not in tensor:
+                raise ValueError(f"{label} in auto-complete-config function for model "
+                                 f"'{model}' is missing '{key}' property.")
+        existing = self._model_config.setdefault(kind, [])
+        for current in existing:
+            if current.get("name") != tensor["name"]:
+                continue
+            current_type = current.get("data_type", "TYPE_INVALID")
+            if current_type != "TYPE_INVALID" and current_type != tensor["data_type"]:
+                raise ValueError(
+                    f"unable to load model '{model}', configuration expects datatype "
+                    f"{current_type} for {kind} '{tensor['name']}', model provides "
+                    f"{tensor['data_type']}")
+            if current.get("dims") and current["dims"] != tensor["dims"]:
+                raise ValueError(
+                    f"model '{model}', tensor '{tensor['name']}': the model expects dims "
+                    f"{tensor['dims']} but the model configuration specifies dims "
+                    f"{current['dims']}")
+            if ("optional" in current and "optional" in tensor
+                    and current["optional"] != tensor["optional"]):
+                raise ValueError(
+                    f"model '{model}', tensor '{tensor['name']}': the model expects optional "
+                    f"{tensor['optional']} but the model configuration specifies optional "
+                    f"{current['optional']}")
+            current["data_type"] = tensor["data_type"]
+            current["dims"] = tensor["dims"]
+            if "optional" in tensor:
+                current["optional"] = tensor["optional"]
+            return
+        existing.append(tensor)
+
+    def set_model_transaction_policy(self, transaction_policy_dict: dict[str, Any]) -> None:
+        model = self._name
+        for key in transaction_policy_dict:
+            if key != "decoupled":
+                raise ValueError(f"model transaction property in auto-complete-config "
+                                 f"function for model '{model}' contains property other "
+                                 f"than 'decoupled'.")
+        policy = self._model_config.setdefault("model_transaction_policy", {})
+        if "decoupled" in transaction_policy_dict:
+            wanted = transaction_policy_dict["decoupled"]
+            if "decoupled" in policy and policy["decoupled"] != wanted:
+                raise ValueError(f"trying to change decoupled property in auto-complete-config "
+                                 f"for model '{model}', which is already set to "
+                                 f"'{policy['decoupled']}'.")
+            policy["decoupled"] = wanted
+
+
+# --- logging ----------------------------------------------------------------------------
+
+_log = logging.getLogger("naiad.model")
+
+
+class Logger:
+    """Writes a model's log lines to Python logging, logger ``naiad.model``."""
+
+    class LogLevel(enum.IntEnum):
+        INFO = 0
+        WARNING = 1
+        ERROR = 2
+        VERBOSE = 3
+
+    INFO = LogLevel.INFO
+    WARNING = LogLevel.WARNING
+    ERROR = LogLevel.ERROR
+    VERBOSE = LogLevel.VERBOSE
+
+    @staticmethod
+    def log(message: str, level: Logger.LogLevel = LogLevel.INFO) -> None:
+        _log.log(_LEVELS[level], "%s", message, stacklevel=2)
+
+    @staticmethod
+    def log_info(message: str) -> None:
+        _log.info("%s", message, stacklevel=2)
+
+    @staticmethod
+    def log_warn(message: str) -> None:
+        _log.warning("%s", message, stacklevel=2)
+
+    @staticmethod
+    def log_error(message: str) -> None:
+        _log.error("%s", message, stacklevel=2)
+
+    @staticmethod
+    def log_verbose(message: str) -> None:
+        _log.debug("%s", message, stacklevel=2)
+
+
+_LEVELS = {
+    Logger.LogLevel.INFO: logging.INFO,
+    Logger.LogLevel.WARNING: logging.WARNING,
+    Logger.LogLevel.ERROR: logging.ERROR,
+    Logger.LogLevel.VERBOSE: logging.DEBUG,
+}
+
+
+# --- not supported yet ------------------------------------------------------------------
+
+
+class MetricFamily:
+    """Custom metrics: not supported yet (constructing one raises)."""
+
+    COUNTER = 0
+    GAUGE = 1
+    HISTOGRAM = 2
+
+    def __init__(self, name: str, description: str, kind: int) -> None:
+        raise _unsupported("Custom metrics (MetricFamily)")
+
+
+def load_model(model_name: str, config: str = "", files: dict[str, bytes] | None = None) -> None:
+    raise _unsupported("load_model")
+
+
+def unload_model(model_name: str, unload_dependents: bool = False) -> None:
+    raise _unsupported("unload_model")
+
+
+def is_model_ready(model_name: str, model_version: str = "") -> bool:
+    raise _unsupported("is_model_ready")

@@ -1,0 +1,150 @@
+"""The worker message protocol (``naiad_stub_wire``): frames, descriptors passed along,
+tensors in the shared memory region and in the payload, and the checks on what arrives."""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from naiad_backend_python.stub import naiad_stub_wire as wire
+
+
+@pytest.fixture
+def pair():
+    a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    left, right = wire.Connection(a), wire.Connection(b)
+    yield left, right
+    left.close()
+    right.close()
+
+
+def test_a_frame_round_trips_with_its_payload(pair):
+    left, right = pair
+    left.send({"op": "x", "n": [1, 2]}, [memoryview(b"abc"), memoryview(b"defg")])
+    header, payload, fds = right.receive()
+    assert header == {"op": "x", "n": [1, 2]}
+    assert bytes(payload) == b"abcdefg"
+    assert fds == []
+
+
+def test_many_small_frames_in_one_read_come_apart(pair):
+    left, right = pair
+    for i in range(50):
+        left.send({"i": i}, [memoryview(bytes([i]) * i)])
+    for i in range(50):
+        header, payload, _ = right.receive()
+        assert header == {"i": i} and bytes(payload) == bytes([i]) * i
+
+
+def test_a_payload_larger_than_the_receive_buffer(pair):
+    left, right = pair
+    data = os.urandom(wire.RECEIVE_BUFFER_BYTES * 5 + 17)
+    sender = threading.Thread(target=left.send, args=({"big": True}, [memoryview(data)]))
+    sender.start()  # the socket's buffer is smaller than the frame: send and read at once
+    header, payload, _ = right.receive()
+    sender.join()
+    assert header == {"big": True} and bytes(payload) == data
+
+
+def test_a_descriptor_travels_with_its_frame(pair, tmp_path):
+    left, right = pair
+    path = tmp_path / "f"
+    path.write_bytes(b"hello")
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        left.send({"op": "fd"}, fds=[fd])
+    finally:
+        os.close(fd)
+    header, _, fds = right.receive()
+    assert header == {"op": "fd"} and len(fds) == 1
+    assert os.read(fds[0], 5) == b"hello"
+    os.close(fds[0])
+
+
+def test_the_end_of_the_stream_is_peer_gone(pair):
+    left, right = pair
+    left.close()
+    with pytest.raises(wire.PeerGone):
+        right.receive()
+
+
+def test_a_header_over_the_limit_is_refused(pair):
+    left, right = pair
+    left.sock.sendall(wire._PREFIX.pack(wire.MAX_HEADER_BYTES + 1, 0))
+    with pytest.raises(ValueError, match="over the limit"):
+        right.receive()
+
+
+ARRAYS = [
+    ("FP32", np.arange(12, dtype=np.float32).reshape(3, 4)),
+    ("INT64", np.array(7, dtype=np.int64)),  # 0-d
+    ("BOOL", np.array([True, False])),
+    ("FP16", np.zeros((0, 3), np.float16)),  # empty
+    ("BF16", np.arange(4).astype(ml_dtypes.bfloat16)),
+    ("BYTES", np.array([[b"a", b""], [b"\x00\xff", b"text"]], dtype=object)),
+    ("UINT8", np.arange(10, dtype=np.uint8)[::2]),  # not contiguous
+]
+
+
+@pytest.mark.parametrize(("datatype", "array"), ARRAYS, ids=[a[0] + str(a[1].shape)
+                                                             for a in ARRAYS])
+@pytest.mark.parametrize("in_region", [True, False])
+def test_tensors_round_trip(datatype, array, in_region, tmp_path):
+    region, fd = wire.create_region(str(tmp_path), 1 << 16) if in_region else (None, -1)
+    if fd >= 0:
+        os.close(fd)
+    packer = wire.Packer(region)
+    descriptor = packer.add("T", datatype, array)
+    assert descriptor[3] == ("s" if in_region else "p")
+    payload = b"".join(bytes(b) for b in packer.payload)
+    name, got_type, got = wire.unpack(descriptor, region, payload, copy=True)
+    assert (name, got_type, got.shape) == ("T", datatype, array.shape)
+    np.testing.assert_array_equal(got, array)
+
+
+def test_a_region_that_is_too_small_sends_the_rest_in_the_payload(tmp_path):
+    region, fd = wire.create_region(str(tmp_path), 128)
+    os.close(fd)
+    packer = wire.Packer(region)
+    small = packer.add("A", "FP32", np.ones(8, np.float32))
+    large = packer.add("B", "FP32", np.ones(64, np.float32))
+    assert (small[3], large[3]) == ("s", "p")
+    assert packer.overflow == 256
+
+
+def test_regions_leave_nothing_in_their_folder(tmp_path):
+    region, fd = wire.create_region(str(tmp_path), 4096)
+    os.close(fd)
+    assert list(tmp_path.iterdir()) == []  # unlinked at once
+    region.close()
+
+
+def test_a_region_larger_than_the_folder_is_an_error_not_a_crash(tmp_path):
+    statvfs = os.statvfs(tmp_path)
+    too_big = statvfs.f_bavail * statvfs.f_frsize * 4 + (1 << 30)
+    with pytest.raises(OSError):
+        wire.create_region(str(tmp_path), too_big)
+    with pytest.raises(OSError):
+        wire.create_region(str(tmp_path / "missing"), 4096)
+
+
+@pytest.mark.parametrize(("descriptor", "message"), [
+    (["T", "FP32", [4], "p", 0, 16], "outside the message payload"),
+    (["T", "FP32", [4], "s", 0, 16], "outside the shared memory region"),
+    (["T", "BYTES", [3], "p", 0, 7], "holds 1 elements, its shape [3] needs 3"),
+    (["T", "NOPE", [1], "p", 0, 0], "datatype NOPE"),
+])
+def test_a_descriptor_that_does_not_fit_is_refused(descriptor, message):
+    payload = b"\x03\x00\x00\x00abc" if descriptor[1] == "BYTES" else b""
+    with pytest.raises(ValueError, match=message.replace("[", r"\[").replace("]", r"\]")):
+        wire.unpack(descriptor, None, payload, copy=False)
+
+
+def test_bytes_elements_running_past_their_tensor_are_refused():
+    with pytest.raises(ValueError, match="runs past"):
+        wire.deserialize_bytes(b"\x09\x00\x00\x00abc")
