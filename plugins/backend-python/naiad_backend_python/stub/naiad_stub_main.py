@@ -30,7 +30,7 @@ import sys
 import threading
 import time
 import weakref
-from typing import Any
+from typing import Any, Dict, List, Optional, Tuple
 
 import naiad_stub_runner as runner
 import naiad_stub_wire as wire
@@ -169,44 +169,49 @@ class Worker:
             return
         self.connection.send({"op": "config", "config": config})
 
-    def _execute(self, header: dict[str, Any], payload: memoryview) -> None:
-        reply: dict[str, Any] = {"op": "result", "id": header["id"]}
-        buffers: list[memoryview] = []
+    def _execute(self, header: Dict[str, Any], payload: memoryview) -> None:
         region = self.region
-        in_region: list[Any] = []
-        try:
-            if self.model is None:
-                raise runner.BatchFailure("INTERNAL", "the worker has no model (no init)")
-            requests = [_Request(message, region, payload) for message in header["requests"]]
-            if region is not None:
-                in_region = [weakref.ref(owner) for owner in
-                             (_region_array(tensor.data, region) for request in requests
-                              for tensor in request.inputs.values()) if owner is not None]
-            results = self.model.execute(requests)
-            del requests  # the inputs' views of the region
-            packer = wire.Packer(region, header.get("out", 0))
-            responses = []
-            for outputs, parameters, error in results:
-                responses.append({
-                    "outputs": [packer.add(name, datatype, array)
-                                for name, datatype, array in outputs],
-                    "parameters": parameters,
-                    "error": error,
-                })
-            reply["responses"] = responses
-            buffers = packer.payload
-        except runner.BatchFailure as exc:
-            reply["failure"] = [exc.status, exc.message]
-        except Exception as exc:  # a message the worker cannot read, an output it cannot pack
-            reply["failure"] = ["INTERNAL", "the worker of model instance could not handle "
-                                            f"the batch: {runner.describe(exc)}"]
-        if region is not None and any(ref() is not None for ref in in_region):
+        kept: List[Any] = []
+        reply, buffers = self._run_batch(header, payload, region, kept)
+        # Every reference this worker held to the batch's inputs is gone with _run_batch's
+        # frame; one still alive is the model's (a buffer of an output that did not fit in
+        # the region may count too: that only costs a new region).
+        if region is not None and any(ref() is not None for ref in kept):
             # The model kept an input (or a view of one) past execute: the next batch must
             # not overwrite it. The region is retired; the kept views keep its pages mapped
             # here, and the server makes a new region for the next batch.
             self.region = None
             reply["retire_region"] = True
         self.connection.send(reply, buffers)
+
+    def _run_batch(self, header: Dict[str, Any], payload: memoryview,
+                   region: Optional[wire.Region], kept: List[Any]
+                   ) -> Tuple[Dict[str, Any], List[memoryview]]:
+        """Run one batch; the reply and its payload buffers. Adds a weak reference to each
+        input array that lives in ``region`` to ``kept``."""
+        reply: Dict[str, Any] = {"op": "result", "id": header["id"]}
+        try:
+            if self.model is None:
+                raise runner.BatchFailure("INTERNAL", "the worker has no model (no init)")
+            requests = [_Request(message, region, payload) for message in header["requests"]]
+            if region is not None:
+                kept.extend(weakref.ref(owner) for owner in
+                            (_region_array(tensor.data, region) for request in requests
+                             for tensor in request.inputs.values()) if owner is not None)
+            results = self.model.execute(requests)
+            packer = wire.Packer(region, header.get("out", 0))
+            reply["responses"] = [{
+                "outputs": [packer.add(name, datatype, array) for name, datatype, array in outputs],
+                "parameters": parameters,
+                "error": error,
+            } for outputs, parameters, error in results]
+            return reply, packer.payload
+        except runner.BatchFailure as exc:
+            reply["failure"] = [exc.status, exc.message]
+        except Exception as exc:  # a message the worker cannot read, an output it cannot pack
+            reply["failure"] = ["INTERNAL", "the worker of model instance could not handle "
+                                            f"the batch: {runner.describe(exc)}"]
+        return reply, []
 
 
 def _die_with_parent(parent: int) -> None:
