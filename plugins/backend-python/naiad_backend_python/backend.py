@@ -27,8 +27,9 @@ from naiad_backend_python.environment import (
     worker_environment,
 )
 from naiad_backend_python.inprocess import InProcessInstance
+from naiad_backend_python.isolated.channel import RegionPolicy, WorkerDied
 from naiad_backend_python.isolated.instance import IsolatedInstance
-from naiad_backend_python.isolated.process import Launch, RegionPolicy, WorkerDied, WorkerProcess
+from naiad_backend_python.isolated.process import Launch, WorkerProcess
 from naiad_backend_python.settings import IN_PROCESS, PythonBackendSettings
 from naiad_backend_python.stub import naiad_stub_runner as runner
 
@@ -84,10 +85,10 @@ class PythonBackend(Backend):
     def _auto_complete_in_worker(self, model_file: Path, config_json: str, model_name: str,
                                  config: ModelConfig, model_dir: Path) -> dict[str, Any]:
         launch = self._launch(model_name, model_dir, config)
-        regions = RegionPolicy(self.settings.shm_region_dir, 0, 1, 0)  # no tensors travel
+        regions = RegionPolicy(self.settings.shm_region_dir, 0, 1, 0, 0)  # no tensors travel
         worker = WorkerProcess(launch, model_name, f"{model_name}_auto_complete", regions)
         try:
-            reply, _ = worker.call({"op": "auto_complete", "model_file": str(model_file),
+            reply = worker.channel.call({"op": "auto_complete", "model_file": str(model_file),
                                     "config": config_json, "model_name": model_name})
             worker.finalize(self.settings.worker_finalize_timeout_seconds)
         except WorkerDied:

@@ -15,6 +15,8 @@
 ``shm-max-byte-size``                  1 GiB        the largest region; bigger batches travel
                                                     over the worker's socket
 ``shm-region-dir``                     /dev/shm     where regions are made
+``shm-inline-max-byte-size``           64 KiB       batches with fewer tensor bytes travel
+                                                    inside their message, not the region
 ``worker-finalize-timeout-seconds``    30           how long ``finalize`` may take at unload
                                                     before the worker is killed
 ``worker-restart-delay-min-seconds``   0.5          wait before restarting a dead worker ...
@@ -51,6 +53,7 @@ class PythonBackendSettings:
     shm_growth_byte_size: int = 1 * MIB
     shm_max_byte_size: int = 1024 * MIB
     shm_region_dir: str = "/dev/shm"
+    shm_inline_max_byte_size: int = 64 * 1024
     worker_finalize_timeout_seconds: float = 30.0
     worker_restart_delay_min_seconds: float = 0.5
     worker_restart_delay_max_seconds: float = 30.0

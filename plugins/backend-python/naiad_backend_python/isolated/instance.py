@@ -20,10 +20,9 @@ from collections.abc import Sequence
 
 from naiad.errors import InferenceServerError, unavailable
 from naiad.types import InferenceRequest, InferenceResponse, InstanceHealth, ModelInstance
+from naiad_backend_python.isolated.channel import Done, RegionPolicy, WorkerDied
 from naiad_backend_python.isolated.process import (
     Launch,
-    RegionPolicy,
-    WorkerDied,
     WorkerProcess,
     describe_exit,
     ended_message,
@@ -53,7 +52,8 @@ class IsolatedInstance(ModelInstance):
         self.instance_name = instance_name
         self.settings = settings
         self.regions = RegionPolicy(settings.shm_region_dir, settings.shm_default_byte_size,
-                                    settings.shm_growth_byte_size, settings.shm_max_byte_size)
+                                    settings.shm_growth_byte_size, settings.shm_max_byte_size,
+                                    settings.shm_inline_max_byte_size)
         self._lock = threading.Lock()
         self._stopping = threading.Event()
         self._restarts = 0
@@ -67,23 +67,39 @@ class IsolatedInstance(ModelInstance):
     # --- the contract -------------------------------------------------------------------
 
     def execute(self, requests: Sequence[InferenceRequest]) -> list[InferenceResponse]:
+        result = _Outcome()
+        self.execute_async(requests, result.set)
+        return result.get()
+
+    def execute_async(self, requests: Sequence[InferenceRequest], done: Done) -> None:
+        """Send a batch to the worker from this thread; ``done`` gets the responses or an
+        :class:`InferenceServerError`, from the worker's reader thread."""
         worker = self.worker
         if worker is None:
-            raise unavailable(self._not_serving())
-        try:
-            return worker.execute(requests)
-        except WorkerDied:
-            returncode = worker.wait(EXIT_STATUS_WAIT_S)
-            with self._lock:  # not ready from now on, before the client hears of it
-                if self.worker is worker:
-                    self.worker = None
-                    self._reason = (f"its worker process (pid {worker.pid}) "
-                                    f"{describe_exit(returncode)}; restarting")
-            raise unavailable(ended_message(
-                self.model_name, self.instance_name, worker.pid, returncode,
-                "while executing the batch; " + ("the server is stopping it" if
-                                                 self._stopping.is_set() else
-                                                 "the instance restarts"))) from None
+            done(unavailable(self._not_serving()))
+            return
+
+        def finished(result: object) -> None:
+            if isinstance(result, WorkerDied):
+                result = self._died(worker)
+            done(result)
+
+        worker.channel.submit(requests, finished)
+
+    def _died(self, worker: WorkerProcess) -> InferenceServerError:
+        """The error of a batch the worker took down with it; the instance is not ready
+        from now on, before the client hears of it."""
+        returncode = worker.wait(EXIT_STATUS_WAIT_S)
+        with self._lock:
+            if self.worker is worker:
+                self.worker = None
+                self._reason = (f"its worker process (pid {worker.pid}) "
+                                f"{describe_exit(returncode)}; restarting")
+        return unavailable(ended_message(
+            self.model_name, self.instance_name, worker.pid, returncode,
+            "while executing the batch; " + ("the server is stopping it" if
+                                             self._stopping.is_set() else
+                                             "the instance restarts")))
 
     def health(self) -> InstanceHealth:
         return InstanceHealth(ready=self.worker is not None and not self._stopping.is_set(),
@@ -118,8 +134,9 @@ class IsolatedInstance(ModelInstance):
         """A new worker with the model initialized in it."""
         worker = WorkerProcess(self.launch, self.model_name, self.instance_name, self.regions)
         try:
-            reply, _ = worker.call({**self.init_message, "protocol": wire.PROTOCOL_VERSION,
-                                    "log_level": min(logging.INFO, model_log.getEffectiveLevel())})
+            reply = worker.channel.call({**self.init_message, "protocol": wire.PROTOCOL_VERSION,
+                                         "log_level": min(logging.INFO,
+                                                          model_log.getEffectiveLevel())})
         except WorkerDied:
             worker.reap()
             raise unavailable(ended_message(
@@ -137,6 +154,7 @@ class IsolatedInstance(ModelInstance):
         log.info("model '%s' instance '%s': worker process %d runs Python %s (%s)",
                  self.model_name, self.instance_name, worker.pid, reply.get("python_version"),
                  reply.get("python"))
+        worker.channel.start_reading()
         return worker
 
     def _watch(self) -> None:
@@ -192,9 +210,36 @@ class IsolatedInstance(ModelInstance):
             return worker
         return None
 
+    @property
+    def in_flight(self) -> int:
+        """Batches sent to the worker (or waiting for its region) and not answered yet."""
+        worker = self.worker
+        return worker.channel.in_flight if worker is not None else 0
+
     def _not_serving(self) -> str:
         if self._stopping.is_set():
             return (f"model '{self.model_name}' instance '{self.instance_name}' is being "
                     f"unloaded")
         return (f"model '{self.model_name}' instance '{self.instance_name}' is not ready: "
                 f"{self._reason or 'its worker process is starting'}")
+
+
+class _Outcome:
+    """Waits for one ``execute_async`` result on the calling thread."""
+
+    __slots__ = ("_done", "_result")
+
+    def __init__(self) -> None:
+        self._result: object = None
+        self._done = threading.Lock()
+        self._done.acquire()
+
+    def set(self, result: object) -> None:
+        self._result = result
+        self._done.release()
+
+    def get(self) -> list[InferenceResponse]:
+        self._done.acquire()
+        if isinstance(self._result, BaseException):
+            raise self._result
+        return self._result  # type: ignore[return-value]

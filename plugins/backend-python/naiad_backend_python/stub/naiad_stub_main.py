@@ -199,7 +199,8 @@ class Worker:
                             (_region_array(tensor.data, region) for request in requests
                              for tensor in request.inputs.values()) if owner is not None)
             results = self.model.execute(requests)
-            packer = wire.Packer(region, header.get("out", 0))
+            out = header.get("out")  # None: a batch that travels inside its messages
+            packer = wire.Packer(region if out is not None else None, out or 0)
             reply["responses"] = [{
                 "outputs": [packer.add(name, datatype, array) for name, datatype, array in outputs],
                 "parameters": parameters,

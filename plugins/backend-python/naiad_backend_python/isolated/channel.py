@@ -1,0 +1,363 @@
+"""The server's end of one worker's socket: requests out, results in, tensors through the
+shared memory region.
+
+Batches are sent from whichever thread submits them and several may be in flight: the
+worker takes them in order, and while it executes one the next is already waiting in its
+socket, so neither side idles while the other encodes. A reader thread per worker takes the
+answers and completes each batch's callback. A batch whose tensors total at least
+``shm-inline-max-byte-size`` goes through the region, one such batch at a time (the region
+holds one batch's inputs and outputs); smaller ones travel inside their message, where the
+worker reads them as views of the received bytes, no copy either.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import os
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple
+
+from naiad.errors import InferenceServerError, Status
+from naiad.types import InferenceRequest, InferenceResponse, Tensor
+from naiad_backend_python.stub import naiad_stub_wire as wire
+
+log = logging.getLogger("naiad.backend.python")
+model_log = logging.getLogger("naiad.model")
+
+#: What a batch's callback gets: one response per request, or the batch's failure (an
+#: :class:`InferenceServerError` the model raised, or :class:`WorkerDied`).
+Done = Callable[[Any], object]
+
+
+class WorkerDied(Exception):
+    """The worker's socket closed under a call: the process ended."""
+
+
+class RegionPolicy:
+    """Sizes of an instance's shared memory region (Triton's ``shm-default-byte-size`` and
+    ``shm-growth-byte-size``, and naiad's ``shm-max-byte-size``), and which batches use
+    it (``shm-inline-max-byte-size``)."""
+
+    def __init__(self, directory: str, default: int, growth: int, maximum: int,
+                 inline_max: int) -> None:
+        self.directory = directory
+        self.default = default
+        self.growth = max(growth, 1)
+        self.maximum = maximum
+        self.inline_max = inline_max
+
+    def size_for(self, needed: int) -> int:
+        """The region size that holds ``needed`` bytes: the default, grown in steps."""
+        if needed <= self.default:
+            return self.default
+        steps = -(-(needed - self.default) // self.growth)
+        return min(self.default + steps * self.growth, self.maximum)
+
+
+class _Staged(NamedTuple):
+    """A batch ready to send: its requests, their tensors' bytes, and their total size."""
+
+    requests: Sequence[InferenceRequest]
+    tensors: list[list[tuple[str, str, tuple[int, ...], memoryview]]]
+    size: int
+    done: Done
+
+
+class _Pending(NamedTuple):
+    done: Done
+    region: wire.Region | None  # where the batch's tensors went, if it used the region
+
+
+class WorkerChannel:
+    """Talks to one worker process. ``call`` (one answer, synchronously) before
+    :meth:`start_reading`; ``submit`` after it, from any thread."""
+
+    def __init__(self, connection: wire.Connection, model_name: str, instance_name: str,
+                 regions: RegionPolicy) -> None:
+        self.connection = connection
+        self.model_name = model_name
+        self.instance_name = instance_name
+        self.regions = regions
+        self.region: wire.Region | None = None
+        self._region_failed = False
+        self._region_busy = False
+        self._output_hint = 0  # bytes the last region batch's outputs took
+        # Guards everything below, and the order of messages on the socket.
+        self._lock = threading.Lock()
+        self._next_id = 0
+        self._pending: dict[int, _Pending] = {}
+        self._waiting: collections.deque[_Staged] = collections.deque()  # for the region
+        self._gone = False
+        self._finalized = threading.Event()
+        self._finalize_reply: dict = {}
+        self._reader: threading.Thread | None = None
+
+    # --- one question, one answer (starting the worker, auto-complete) ------------------
+
+    def call(self, header: dict) -> dict:
+        """Send one message and return the worker's answer (its log messages on the way
+        are logged). Only before :meth:`start_reading`. Raises :class:`WorkerDied`."""
+        try:
+            self.connection.send(header)
+            while True:
+                reply, _payload, fds = self.connection.receive()
+                for fd in fds:  # the worker never sends descriptors
+                    os.close(fd)
+                if reply.get("op") != "log":
+                    return reply
+                self._log(reply)
+        except (wire.PeerGone, OSError) as exc:
+            raise WorkerDied(str(exc)) from None
+
+    # --- batches ------------------------------------------------------------------------
+
+    def start_reading(self) -> None:
+        self._reader = threading.Thread(target=self._read, daemon=True,
+                                        name=f"naiad-read-{self.instance_name}")
+        self._reader.start()
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._pending) + len(self._waiting)
+
+    def submit(self, requests: Sequence[InferenceRequest], done: Done) -> None:
+        """Send a batch (or queue it behind the region batch in flight); ``done`` gets its
+        responses, its failure, or :class:`WorkerDied`, once, from the reader thread (or
+        from this call, when the worker is gone already)."""
+        tensors = []
+        size = 0
+        for request in requests:
+            staged = []
+            for tensor in request.inputs.values():
+                data = wire.tensor_buffer(tensor.datatype, tensor.data)
+                size += wire.align(len(data))
+                staged.append((tensor.name, tensor.datatype, tensor.data.shape, data))
+            tensors.append(staged)
+        batch = _Staged(requests, tensors, size, done)
+        with self._lock:
+            gone = self._gone
+            wants_region = size >= self.regions.inline_max and not self._region_failed
+            if not gone and wants_region:
+                if self._region_busy:
+                    self._waiting.append(batch)
+                    return
+                self._region_busy = True  # this thread holds the region until the answer
+        if gone:
+            done(WorkerDied("the worker process has ended"))
+            return
+        self._dispatch(batch, wants_region)
+
+    def _dispatch(self, batch: _Staged, holds_region: bool) -> None:
+        """Pack and send a batch. ``holds_region``: the caller holds the region (only one
+        batch uses it at a time), so it may grow or replace it. Never called with
+        ``_lock`` held: a send may block until the worker reads, and the reader thread
+        needs the lock meanwhile."""
+        fds: list[int] = []
+        region = None
+        if holds_region:
+            fds = self._fit_region(batch.size + self._output_hint)
+            region = self.region
+        with self._lock:
+            if self._gone:
+                batch_id = -1
+            else:
+                batch_id = self._next_id
+                self._next_id += 1
+                self._pending[batch_id] = _Pending(batch.done, region)
+        try:
+            if batch_id < 0:
+                batch.done(WorkerDied("the worker process has ended"))
+                return
+            packer = wire.Packer(region)
+            messages = []
+            for request, tensors in zip(batch.requests, batch.tensors, strict=True):
+                requested = request.requested_outputs
+                messages.append({
+                    "id": request.id,
+                    "parameters": request.parameters or None,
+                    "outputs": None if requested is None else [o.name for o in requested],
+                    "inputs": [packer.add_buffer(name, datatype, shape, data)
+                               for name, datatype, shape, data in tensors],
+                })
+            header: dict[str, Any] = {"op": "execute", "id": batch_id, "requests": messages,
+                                      "out": packer.offset if region is not None else None}
+            if fds and region is not None:
+                header["region_size"] = region.size
+            self.connection.send(header, packer.payload, fds)
+        except (wire.PeerGone, OSError):
+            pass  # the reader sees the end of the stream and fails what is pending
+        finally:
+            for fd in fds:
+                os.close(fd)
+            if holds_region and region is None:
+                self._release_region()  # no region could be made: the batch went inline
+
+    def _release_region(self) -> None:
+        """The region's batch is done: hand the region to the next batch waiting for it."""
+        with self._lock:
+            batch = self._waiting.popleft() if self._waiting and not self._gone else None
+            if batch is None:
+                self._region_busy = False
+                return
+            region = self.region
+            small = (region is not None and not self._region_failed
+                     and batch.size + self._output_hint <= region.size)
+        if small:  # its message is a header: sending it cannot block the reader for long
+            self._dispatch(batch, True)
+        else:  # it may grow the region or go inline: not on the reader thread
+            threading.Thread(target=self._dispatch, args=(batch, True), daemon=True).start()
+
+    def _fit_region(self, needed: int) -> list[int]:
+        """Make the region big enough for ``needed`` bytes where the policy allows; return
+        the descriptor to send when a new region was made (the worker maps it)."""
+        region = self.region
+        if self._region_failed or (region is not None and needed <= region.size):
+            return []
+        size = self.regions.size_for(needed)
+        if region is not None and size <= region.size:
+            return []  # at the maximum already: what does not fit goes in the payload
+        try:
+            new, fd = wire.create_region(self.regions.directory, size)
+        except OSError as exc:
+            self._region_failed = True
+            log.warning("model '%s' instance '%s': no shared memory region of %d bytes in "
+                        "%s (%s; %s): its tensors travel over the worker's socket instead, "
+                        "which copies them once more", self.model_name, self.instance_name,
+                        size, self.regions.directory, exc.strerror or exc,
+                        _free_space(self.regions.directory))
+            return []
+        if region is not None:
+            region.close()
+        self.region = new
+        return [fd]
+
+    # --- the reader thread --------------------------------------------------------------
+
+    def _read(self) -> None:
+        try:
+            while True:
+                reply, payload, fds = self.connection.receive()
+                for fd in fds:
+                    os.close(fd)
+                op = reply.get("op")
+                if op == "result":
+                    self._finished(reply, payload)
+                elif op == "log":
+                    self._log(reply)
+                elif op == "finalized":
+                    self._finalize_reply = reply
+                    self._finalized.set()
+        except (wire.PeerGone, OSError, ValueError):
+            pass
+        with self._lock:
+            self._gone = True
+            failed = [p.done for p in self._pending.values()] + [b.done for b in self._waiting]
+            self._pending.clear()
+            self._waiting.clear()
+        self._finalized.set()
+        for done in failed:
+            done(WorkerDied("the worker process ended"))
+
+    def _finished(self, reply: dict, payload: memoryview) -> None:
+        with self._lock:
+            pending = self._pending.pop(reply["id"])
+        region = pending.region
+        try:
+            result: Any = self._responses(reply, payload, region)
+        except InferenceServerError as exc:
+            result = exc
+        except Exception as exc:  # a reply this side cannot read: the batch fails
+            result = InferenceServerError(
+                f"model '{self.model_name}' instance '{self.instance_name}': unreadable answer "
+                f"from the worker: {type(exc).__name__}: {exc}", Status.INTERNAL)
+        if region is not None:
+            if reply.get("retire_region"):
+                # The model kept inputs that live in the region (naiad_stub_main): with this
+                # batch's outputs copied out, the next batch gets a new region.
+                if self.region is region:
+                    self.region = None
+                region.close()
+            self._release_region()
+        pending.done(result)
+
+    def _responses(self, reply: dict, payload: memoryview, region: wire.Region | None
+                   ) -> list[InferenceResponse]:
+        failure = reply.get("failure")
+        if failure is not None:
+            status, message = failure
+            log.error("%s", message)
+            raise InferenceServerError(message, _status(status))
+        responses = []
+        output_bytes = 0
+        for answer in reply["responses"]:
+            error = answer.get("error")
+            if error is not None:
+                responses.append(InferenceResponse(
+                    error=InferenceServerError(error[1], _status(error[0]))))
+                continue
+            outputs = []
+            for descriptor in answer["outputs"]:
+                name, datatype, array = wire.unpack(descriptor, region, payload, copy=True)
+                output_bytes += wire.align(descriptor[5])
+                outputs.append(Tensor(name, datatype, array.shape, array))
+            parameters = answer.get("parameters")
+            responses.append(InferenceResponse(outputs=outputs, parameters=parameters)
+                             if parameters else InferenceResponse(outputs=outputs))
+        if region is not None:
+            self._output_hint = output_bytes
+        return responses
+
+    def _log(self, message: dict) -> None:
+        """Log a record the worker sent as if the model had logged it here."""
+        level = message.get("level", logging.INFO)
+        if model_log.isEnabledFor(level):
+            record = model_log.makeRecord(
+                model_log.name, level, message.get("pathname", ""), message.get("lineno", 0),
+                "%s", (message.get("message", ""),), None, message.get("function"),
+                {"model": self.model_name, "instance": self.instance_name})
+            model_log.handle(record)
+
+    # --- the end ------------------------------------------------------------------------
+
+    def finalize(self, timeout_s: float) -> dict | None:
+        """Ask the worker to run ``finalize`` and exit; its answer, or None when it did not
+        answer within ``timeout_s`` (or had ended)."""
+        if self._reader is None:
+            try:
+                return self.call({"op": "finalize"})
+            except WorkerDied:
+                return None
+        try:
+            with self._lock:
+                self.connection.send({"op": "finalize"})
+        except (wire.PeerGone, OSError):
+            return None
+        if not self._finalized.wait(timeout_s):
+            return None
+        return self._finalize_reply or None
+
+    def close(self) -> None:
+        """Release the socket and the region (the process has ended)."""
+        if self._reader is not None:
+            self._reader.join()
+        self.connection.close()
+        if self.region is not None:
+            self.region.close()
+            self.region = None
+
+
+def _status(name: str) -> Status:
+    try:
+        return Status[name]
+    except KeyError:
+        return Status.INTERNAL
+
+
+def _free_space(directory: str) -> str:
+    try:
+        stat = os.statvfs(directory)
+    except OSError:
+        return f"{directory} is missing"
+    return f"{stat.f_bavail * stat.f_frsize} bytes free there"
