@@ -67,9 +67,12 @@ class LightFuture(Future[T]):
     finisher releases once and each woken thread passes on.
     """
 
-    def __init__(self) -> None:  # the base class's attributes, with a plain lock
+    def __init__(self, running: bool = False) -> None:
+        """``running``: the work has begun already, so ``cancel()`` returns False (the
+        future of a request that nothing holds back)."""
+        # The base class's attributes, with a plain lock where it keeps its Condition.
         self._condition = threading.Lock()  # type: ignore[assignment]
-        self._state = PENDING
+        self._state = RUNNING if running else PENDING
         self._result: T | None = None
         self._exception: BaseException | None = None
         self._waiters: list[Any] = []
@@ -93,7 +96,8 @@ class LightFuture(Future[T]):
             if state in _CANCELLED:
                 return True
             self._state = CANCELLED
-            self._wake()
+            if self._woken is not None:
+                self._woken.release()
         self._call_back()
         return True
 
@@ -138,29 +142,33 @@ class LightFuture(Future[T]):
 
     def set_result(self, result: T) -> None:
         with self._condition:
-            state = self._state
-            if state not in _DONE:
+            done_already = self._state in _DONE
+            if not done_already:
                 self._result = result
                 self._state = FINISHED
                 for waiter in self._waiters:
                     waiter.add_result(self)
-                self._wake()
-        if state in _DONE:  # raised outside the lock: repr() takes it
-            raise InvalidStateError(f"{state}: {self!r}")
-        self._call_back()
+                if self._woken is not None:
+                    self._woken.release()
+        if done_already:  # raised outside the lock: repr() takes it
+            raise InvalidStateError(f"{self._state}: {self!r}")
+        if self._done_callbacks:
+            self._call_back()
 
     def set_exception(self, exception: BaseException | None) -> None:
         with self._condition:
-            state = self._state
-            if state not in _DONE:
+            done_already = self._state in _DONE
+            if not done_already:
                 self._exception = exception
                 self._state = FINISHED
                 for waiter in self._waiters:
                     waiter.add_exception(self)
-                self._wake()
-        if state in _DONE:
-            raise InvalidStateError(f"{state}: {self!r}")
-        self._call_back()
+                if self._woken is not None:
+                    self._woken.release()
+        if done_already:
+            raise InvalidStateError(f"{self._state}: {self!r}")
+        if self._done_callbacks:
+            self._call_back()
 
     def _call_back(self) -> None:
         """Run the done-callbacks, once (the future is done: later ones run at once)."""
@@ -170,11 +178,6 @@ class LightFuture(Future[T]):
                 callback(self)
             except Exception:  # as the base class: one broken callback stops nothing
                 LOGGER.exception("exception calling callback for %r", self)
-
-    def _wake(self) -> None:
-        """The future is done (the lock is held): wake the threads sleeping on it."""
-        if self._woken is not None:
-            self._woken.release()
 
     def _sleep(self, timeout: float | None) -> None:
         """Return once the future is done; CancelledError when it was cancelled,

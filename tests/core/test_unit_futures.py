@@ -91,6 +91,13 @@ def test_cancel_wakes_a_waiter_and_only_a_waiting_future_cancels(make):
     assert not running.cancel()
 
 
+def test_a_future_made_running_cannot_be_cancelled():
+    future: LightFuture[int] = LightFuture(running=True)
+    assert future.running() and not future.cancel()
+    future.set_result(2)
+    assert future.result(0) == 2
+
+
 def test_a_future_is_completed_once(make):
     future = make()
     future.set_result(1)

@@ -42,10 +42,9 @@ class DefaultScheduler(Scheduler):
         return workers[0] if len(workers) == 1 else min(workers, key=_busy)
 
     def submit(self, request: InferenceRequest) -> Future[InferenceResponse]:
-        answer: Future[InferenceResponse] = LightFuture()
         # Nothing waits here: a submitted request runs (cancel() returns False), as in
         # Triton's default scheduler.
-        answer.set_running_or_notify_cancel()
+        answer: Future[InferenceResponse] = LightFuture(running=True)
         self._worker().submit((request,)).add_done_callback(
             partial(self._finished, request, answer))
         return answer
