@@ -53,18 +53,20 @@ class EnsembleScheduler(Scheduler):
         self.plan: EnsemblePlan = build_plan(context.config)
         check_steps(self.plan, context.config,
                     lambda name, version: self.lookup(name, version).signature)
-        # step index -> the steps that read what it writes
-        self.followers: dict[int, list[EnsembleStep]] = {s.index: [] for s in self.plan.steps}
+        # By step index (the config's order, not the plan's): the steps that read what a
+        # step writes, and how many steps each one waits for.
+        self.followers: list[list[EnsembleStep]] = [[] for _ in self.plan.steps]
+        self.producer_counts = [0] * len(self.plan.steps)
         for step in self.plan.steps:
+            self.producer_counts[step.index] = len(step.after)
             for producer in step.after:
                 self.followers[producer].append(step)
         self._in_flight = 0
         self._count_lock = threading.Lock()
 
     def submit(self, request: InferenceRequest) -> Future[InferenceResponse]:
-        answer: Future[InferenceResponse] = LightFuture()
         # Not cancellable, as Triton's ensembles: a request in progress runs to its end.
-        answer.set_running_or_notify_cancel()
+        answer: Future[InferenceResponse] = LightFuture(running=True)
         with self._count_lock:
             self._in_flight += 1
         _Run(self, request, answer).start()
@@ -133,7 +135,7 @@ class _Run:
         # Everything below is guarded by the lock: steps finish on several threads.
         self.lock = threading.Lock()
         self.tensors: dict[str, Tensor] = dict(request.inputs)
-        self.unfinished_producers = [len(step.after) for step in steps]
+        self.unfinished_producers = list(scheduler.producer_counts)  # by step index
         self.left = len(steps)
         self.running: dict[int, Future[InferenceResponse]] = {}
         self.over = False
