@@ -14,11 +14,12 @@ Stages, on the ``identity`` (batch 1, FP32 [1,16]) and ``add_sub`` requests of p
 - ``check``: ``ModelSignature.check`` (the server's request validation)
 - ``backend.execute``: the model instance's ``execute`` called directly (Python backend:
   pb_utils wrapping + the model's ``execute`` + conversion back)
-- ``server.infer``: ``InferenceServer.infer`` awaited on the loop: scheduler, the hop to the
-  instance's thread and back, statistics (includes ``check`` and ``backend.execute``)
+- ``server.infer``: ``InferenceServer.infer`` awaited on the loop, as the HTTP frontend does
+  (through a ``LoopWaiter``): scheduler, the hop to the instance's thread and back,
+  statistics (includes ``check`` and ``backend.execute``)
 - ``http.asgi``: the whole ASGI app (``HTTPFrontend``) with an in-memory receive/send
-- ``server.infer_blocking``: the same from a frontend thread, as the gRPC frontend calls it
-  (the request goes straight to the instance's thread, no event loop)
+- ``server.infer thread``: the same from a frontend thread waiting on the future, as the
+  gRPC frontend does (the request goes straight to the instance's thread, no event loop)
 - ``grpc.servicer``: the whole ``ModelInfer`` of the gRPC servicer on a frontend thread,
   bytes in, bytes out (parse included), without grpc itself
 
@@ -78,6 +79,8 @@ async def measure_model(model_name: str, server: Any, app: Any, servicer: Any,
     from naiad.frontends.grpc.codec import decode_request as grpc_decode
     from naiad.frontends.http.codec import decode_request as http_decode
     from naiad.frontends.http.codec import encode_response
+    from naiad.futures import LoopWaiter
+    from naiad.server import answer
 
     n, r = args.number, args.repeat
     shm = server.shared_memory
@@ -86,8 +89,8 @@ async def measure_model(model_name: str, server: Any, app: Any, servicer: Any,
     msg_bytes = payloads.grpc_request(model_name).SerializeToString()
     msg = service_pb2.ModelInferRequest.FromString(msg_bytes)
     req = http_decode(model_name, model.version, body, None, shm)
-    resp = await server.infer(model, http_decode(model_name, model.version, body,
-                                                 None, shm))
+    resp = server.infer(model, http_decode(model_name, model.version, body, None,
+                                           shm)).result()
     greq, to_shm = grpc_decode(model.name, model.version, msg, shm)
     worker = model.scheduler.workers[0] if hasattr(model.scheduler, "workers") \
         else None
@@ -110,9 +113,11 @@ async def measure_model(model_name: str, server: Any, app: Any, servicer: Any,
     if instance is not None:
         add("backend.execute", time_sync(lambda: instance.execute((req,)), n, r))
 
+    waiter = LoopWaiter(asyncio.get_running_loop())
+
     async def infer() -> Any:
-        return await server.infer(model, http_decode(model_name, model.version,
-                                                     body, None, shm))
+        request = http_decode(model_name, model.version, body, None, shm)
+        return answer(request, await waiter.wait(server.infer(model, request)))
     base = time_sync(lambda: http_decode(model_name, model.version, body, None, shm),
                      n, r)
     for c in args.concurrency:
@@ -144,15 +149,15 @@ async def measure_model(model_name: str, server: Any, app: Any, servicer: Any,
     def servicer_call() -> Any:
         return servicer.ModelInfer(service_pb2.ModelInferRequest.FromString(msg_bytes), ctx)
 
-    def infer_blocking() -> Any:
-        return server.infer_blocking(model, grpc_decode(model.name, model.version, msg,
-                                                        shm)[0])
+    def infer_on_thread() -> Any:
+        request = grpc_decode(model.name, model.version, msg, shm)[0]
+        return answer(request, server.infer(model, request).result())
 
     for c in args.concurrency:
         add(f"http.asgi c={c}", await time_async(asgi, n, r, c))
     # The gRPC handler runs on a frontend thread, one request at a time per thread.
     base = time_sync(lambda: grpc_decode(model.name, model.version, msg, shm), n, r)
-    add("server.infer_blocking", await asyncio.to_thread(time_sync, infer_blocking, n, r)
+    add("server.infer thread", await asyncio.to_thread(time_sync, infer_on_thread, n, r)
         - base)
     add("grpc.servicer", await asyncio.to_thread(time_sync, servicer_call, n, r))
 

@@ -1,9 +1,11 @@
 """The protocol-free server core that both frontends call.
 
 Frontends decode the wire format into an :class:`InferenceRequest`, call
-:meth:`InferenceServer.infer`, and encode what comes back. Everything else a frontend
-answers (health, metadata, repository, statistics, shared memory) is a method here too, so
-HTTP and gRPC cannot drift apart.
+:meth:`InferenceServer.infer`, wait for the future it returns in their own way (the HTTP
+event loop awaits it, a gRPC handler thread blocks on it), pass the response through
+:func:`answer` and encode it. Everything else a frontend answers (health, metadata,
+repository, statistics, shared memory) is a method here too, so HTTP and gRPC cannot drift
+apart.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import gc
 import logging
 import threading
 import time
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 
 from tritonclient.grpc.model_config_pb2 import DataType
@@ -24,7 +27,6 @@ from naiad.models.manager import LoadOptions, ModelManager, ModelVersion
 from naiad.models.poller import RepositoryPoller
 from naiad.plugins import PluginManager
 from naiad.repository.scan import scheme_of
-from naiad.scheduling.base import CancelHook
 from naiad.shm import SharedMemoryRegistry
 from naiad.types import InferenceRequest, InferenceResponse
 
@@ -122,10 +124,9 @@ class InferenceServer:
         self.shared_memory = SharedMemoryRegistry()
         self.live = False
         self.accepting = False
-        # Inferences arrive on the event loop (HTTP) and on frontend threads (gRPC).
+        # Inferences arrive on any thread and finish on instance threads.
         self.in_flight = 0
         self._in_flight_lock = threading.Lock()
-        self.loop: asyncio.AbstractEventLoop | None = None
 
     # --- lifecycle ----------------------------------------------------------------------
 
@@ -133,7 +134,6 @@ class InferenceServer:
         """Load the models the control mode asks for, ``--model-load-thread-count`` at a
         time; with ``--exit-on-error`` a failed model fails start-up. In poll mode, then
         follow the repositories' changes."""
-        self.loop = asyncio.get_running_loop()
         self.live = True
         mode = self.options.model_control_mode
         if self.poller is not None:
@@ -220,29 +220,21 @@ class InferenceServer:
     def model(self, name: str, version: str = "") -> ModelVersion:
         return self.models.get(name, version)
 
-    async def infer(self, model: ModelVersion, request: InferenceRequest) -> InferenceResponse:
-        """Check ``request`` against ``model`` and run it. Errors come back as exceptions.
-        Call it on the event loop."""
+    def infer(self, model: ModelVersion, request: InferenceRequest
+              ) -> Future[InferenceResponse]:
+        """Check ``request`` against ``model`` and hand it to the model's scheduler, from
+        any thread. A request refused at once (a bad request, shutdown, a full queue)
+        raises :class:`InferenceServerError`; otherwise the future gets the model's
+        response, for :func:`answer`. ``future.cancel()`` withdraws a request the
+        scheduler still holds (see :attr:`Scheduler.holds_requests`)."""
         self._admit(model, request)
         try:
-            response = await model.scheduler.infer(request)
-        finally:
+            future = model.scheduler.submit(request)
+        except BaseException:
             self._leave()
-        return _answer(request, response)
-
-    def infer_blocking(self, model: ModelVersion, request: InferenceRequest,
-                       on_cancel: CancelHook | None = None) -> InferenceResponse:
-        """:meth:`infer` for a frontend thread: runs ``request`` and waits for it, without
-        the event loop when the model's scheduler allows. ``on_cancel`` (gRPC's
-        ``context.add_callback``) lets a scheduler that holds requests drop this one when
-        the client gives up."""
-        assert self.loop is not None, "infer_blocking before start"
-        self._admit(model, request)
-        try:
-            response = model.scheduler.infer_blocking(request, self.loop, on_cancel)
-        finally:
-            self._leave()
-        return _answer(request, response)
+            raise
+        future.add_done_callback(self._left)
+        return future
 
     def _admit(self, model: ModelVersion, request: InferenceRequest) -> None:
         if not self.accepting:
@@ -258,6 +250,9 @@ class InferenceServer:
     def _leave(self) -> None:
         with self._in_flight_lock:
             self.in_flight -= 1
+
+    def _left(self, _: Future[InferenceResponse]) -> None:
+        self._leave()
 
     # --- metadata -----------------------------------------------------------------------
 
@@ -348,8 +343,9 @@ class InferenceServer:
             self.settle_heap()
 
 
-def _answer(request: InferenceRequest, response: InferenceResponse) -> InferenceResponse:
-    """``response`` with only the outputs the client asked for; its error raised."""
+def answer(request: InferenceRequest, response: InferenceResponse) -> InferenceResponse:
+    """What the client of ``request`` gets: ``response`` with only the outputs it asked for;
+    an error response raised as its :class:`InferenceServerError`."""
     if response.error is not None:
         raise response.error
     if request.requested_outputs is not None:

@@ -9,7 +9,7 @@ Plugins never see HTTP or gRPC. A frontend decodes a wire request into an
 from __future__ import annotations
 
 import abc
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -116,6 +116,21 @@ class ModelInstance(abc.ABC):
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release the instance's resources (called once, from a worker thread)."""
+
+    #: True for an instance whose model runs outside the server's threads (a worker
+    #: process) and that implements :meth:`execute_async`: the core then hands it batches
+    #: from whichever thread submits them, without a hop through the instance's thread.
+    asynchronous: bool = False
+
+    def execute_async(self, requests: Sequence[InferenceRequest],
+                      done: Callable[[list[InferenceResponse] | InferenceServerError], object]
+                      ) -> None:
+        """Start running ``requests`` without waiting for them (only with
+        :attr:`asynchronous`). Called from any thread, possibly several at once; must not
+        block for long. Call ``done`` exactly once, from any thread, with one response per
+        request or with the :class:`~naiad.errors.InferenceServerError` that failed the
+        whole batch."""
+        raise NotImplementedError(f"{type(self).__name__} is not asynchronous")
 
     def health(self) -> InstanceHealth:
         """Whether the instance can serve now. An instance that runs the model somewhere

@@ -190,7 +190,8 @@ def test_batched_requests_each_get_exactly_their_own_rows(data, dtype, widths):
         instance = MergingInstance(delay_s=0.002)
         batcher = await make_batcher("max_batch_size: 8 dynamic_batching { }", [instance])
         try:
-            return await asyncio.gather(*(batcher.infer(infer_request(a)) for a in arrays))
+            return await asyncio.gather(*(asyncio.wrap_future(batcher.submit(infer_request(a)))
+                                         for a in arrays))
         finally:
             await batcher.drain()
             stop(batcher)
@@ -208,7 +209,7 @@ async def test_preserve_ordering_answers_in_arrival_order():
     answered: list[int] = []
 
     async def one(i: int) -> None:
-        await batcher.infer(infer_request(np.full((1, 1), i, np.float32)))
+        await asyncio.wrap_future(batcher.submit(infer_request(np.full((1, 1), i, np.float32))))
         answered.append(i)
 
     try:
@@ -225,7 +226,7 @@ async def test_without_preserve_ordering_fast_answers_go_first():
     answered: list[int] = []
 
     async def one(i: int) -> None:
-        await batcher.infer(infer_request(np.full((1, 1), i, np.float32)))
+        await asyncio.wrap_future(batcher.submit(infer_request(np.full((1, 1), i, np.float32))))
         answered.append(i)
 
     try:
@@ -239,13 +240,12 @@ async def test_a_cancelled_queued_request_never_executes():
     instance = MergingInstance(delay_s=0.2)
     batcher = await make_batcher("max_batch_size: 1 dynamic_batching { }", [instance])
     try:
-        first = asyncio.ensure_future(batcher.infer(infer_request(np.ones((1, 1), np.float32))))
+        first = batcher.submit(infer_request(np.ones((1, 1), np.float32)))
         await asyncio.sleep(0.05)
-        second = asyncio.ensure_future(batcher.infer(infer_request(np.ones((1, 1), np.float32))))
-        await asyncio.sleep(0.01)
+        second = batcher.submit(infer_request(np.ones((1, 1), np.float32)))
         assert batcher.pending() == 1
-        second.cancel()
-        await first
+        assert second.cancel()
+        await asyncio.wrap_future(first)
         await batcher.drain()
         assert batcher.pending() == 0
         assert instance.batches == [1]

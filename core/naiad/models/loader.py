@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import functools
+from collections.abc import Sequence
 from pathlib import Path
 
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
 from naiad.errors import InferenceServerError, Status
-from naiad.models.warmup import run_warmup, warmup_samples
+from naiad.models.warmup import warm_up, warmup_samples
 from naiad.scheduling.worker import InstanceWorker
 from naiad.types import Backend, InstanceInfo, ModelContext
 
@@ -38,11 +39,8 @@ async def load_version(backend: Backend, name: str, version: int, path: Path,
     failure = _first_failure(workers, results)
     if failure is None and samples:
         # Every instance warms up on its own thread before the version serves.
-        results = await asyncio.gather(
-            *(asyncio.wrap_future(w.call(run_warmup, w.instance, samples, name))
-              for w in workers),
-            return_exceptions=True,
-        )
+        results = await asyncio.gather(*(warm_up(w, samples, name) for w in workers),
+                                       return_exceptions=True)
         failure = _first_failure(workers, results)
     if failure is None:
         return workers
@@ -55,7 +53,7 @@ async def load_version(backend: Backend, name: str, version: int, path: Path,
         f"{type(exc).__name__}: {exc}", Status.UNAVAILABLE)
 
 
-def _first_failure(workers: list[InstanceWorker], results: list[object]
+def _first_failure(workers: list[InstanceWorker], results: Sequence[object]
                    ) -> tuple[InstanceInfo, BaseException] | None:
     return next(((w.info, r) for w, r in zip(workers, results, strict=True)
                  if isinstance(r, BaseException)), None)

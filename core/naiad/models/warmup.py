@@ -10,8 +10,10 @@ with the reason. Warmup requests are not counted in the statistics.
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 from tritonclient.grpc.model_config_pb2 import DataType, ModelConfig, ModelWarmup
@@ -19,7 +21,10 @@ from tritonclient.grpc.model_config_pb2 import DataType, ModelConfig, ModelWarmu
 from naiad.datatypes import NUMPY_DTYPES, config_to_datatype, deserialize_bytes, element_count
 from naiad.errors import InferenceServerError, Status, invalid_arg
 from naiad.models.signature import ModelSignature
-from naiad.types import InferenceRequest, ModelInstance, Tensor
+from naiad.types import InferenceRequest, Tensor
+
+if TYPE_CHECKING:
+    from naiad.scheduling.worker import InstanceWorker
 
 WARMUP_FOLDER = "warmup"
 _RANDOM = np.random.default_rng()
@@ -67,17 +72,15 @@ def warmup_samples(name: str, version: int, config: ModelConfig, model_dir: Path
     return samples
 
 
-def run_warmup(instance: ModelInstance, samples: list[WarmupSample], model_name: str) -> None:
-    """Execute every sample ``count`` times on ``instance`` (call it on the instance's
-    thread). Raises UNAVAILABLE naming the sample when an execution fails."""
+async def warm_up(worker: InstanceWorker, samples: list[WarmupSample], model_name: str
+                  ) -> None:
+    """Execute every sample ``count`` times on ``worker``'s instance, one batch after the
+    other, through :meth:`InstanceWorker.submit` as any batch. Raises UNAVAILABLE naming
+    the sample when an execution fails."""
     for sample in samples:
         for _ in range(sample.count):
-            try:
-                responses = instance.execute(sample.requests)
-            except Exception as exc:
-                raise _failed(model_name, sample,
-                              f"{type(exc).__name__}: {exc}") from exc
-            for response in responses:
+            execution = await asyncio.wrap_future(worker.submit(sample.requests))
+            for response in execution.responses:
                 if response.error is not None:
                     raise _failed(model_name, sample, response.error.message)
 

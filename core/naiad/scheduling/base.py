@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import abc
-import asyncio
 from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -21,10 +21,6 @@ if TYPE_CHECKING:
 ModelLookup = Callable[[str, str], "ModelVersion"]
 """``lookup(name, version)``: the serving version of another model ("" = the latest ready);
 raises :class:`naiad.errors.InferenceServerError` when there is none."""
-
-CancelHook = Callable[[Callable[[], object]], object]
-"""``on_cancel(fn)``: call ``fn`` when the client gives up on the request (as gRPC's
-``ServicerContext.add_callback``, which also calls it once the call is over)."""
 
 
 @dataclass(slots=True)
@@ -43,30 +39,40 @@ class SchedulingContext:
 
 
 class Scheduler(abc.ABC):
-    """Queues a model version's requests and dispatches them to its instance workers."""
+    """Queues a model version's requests and dispatches them to its instance workers.
+
+    The contract, for the built-in schedulers and third-party ones alike:
+
+    - :meth:`submit` is the one way in. It is called from any thread (the event loop for
+      HTTP, a gRPC handler thread, an instance thread when an ensemble step follows
+      another) and must not block. It returns a :class:`concurrent.futures.Future` of the
+      response; an error the model or the scheduler answers with is a response
+      (``InferenceResponse(error=...)``), and a request refused at once (a full queue)
+      may instead raise :class:`naiad.errors.InferenceServerError` from ``submit``.
+    - Batches reach instances through :meth:`InstanceWorker.submit` on the workers of
+      :attr:`SchedulingContext.workers`, which also returns a future. Chain work with
+      done-callbacks: they run on the thread that completes the future (usually the
+      instance's), so they must be short, must not block, and must not hold a lock that
+      the callbacks of the futures they complete take again.
+    - ``future.cancel()`` is cancellation. A request still queued in the scheduler is
+      withdrawn and never runs (:class:`naiad.futures.Withdrawable` does the bookkeeping);
+      when the scheduler hands the request to an instance it calls
+      ``set_running_or_notify_cancel()``, after which ``cancel()`` returns False.
+    - Statistics are the scheduler's to record (:attr:`SchedulingContext.stats`), with
+      ``request.durations`` set before the future completes.
+    - Schedulers are built on the server's event loop; one that needs timers takes it
+      there (``asyncio.get_running_loop()``) and reaches it with ``call_soon_threadsafe``.
+    """
 
     #: True when requests may wait here long enough that a client who hangs up should take
-    #: its request out of the queue: the HTTP frontend then watches for the disconnect and
-    #: cancels the waiting ``infer`` (gRPC cancels it by itself on cancel or deadline).
+    #: its request out of the queue: frontends then cancel the future when the client goes
+    #: away (HTTP watches for the disconnect, gRPC registers ``future.cancel`` with
+    #: ``context.add_callback``).
     holds_requests: bool = False
 
     @abc.abstractmethod
-    async def infer(self, request: InferenceRequest) -> InferenceResponse:
-        """Run one request and return its response (an error response is a response)."""
-
-    def infer_blocking(self, request: InferenceRequest, loop: asyncio.AbstractEventLoop,
-                       on_cancel: CancelHook | None = None) -> InferenceResponse:
-        """Run one request from a frontend thread (not ``loop``'s) and wait for it.
-
-        The default runs :meth:`infer` on ``loop``, the event loop the model was loaded on,
-        and, when this scheduler holds requests, registers the cancellation of that
-        :meth:`infer` with ``on_cancel`` (waiting then raises
-        ``concurrent.futures.CancelledError``). A scheduler that can reach its instances
-        without the loop overrides this to save the two hops."""
-        future = asyncio.run_coroutine_threadsafe(self.infer(request), loop)
-        if on_cancel is not None and self.holds_requests:
-            on_cancel(future.cancel)
-        return future.result()
+    def submit(self, request: InferenceRequest) -> Future[InferenceResponse]:
+        """Accept one request; the future gets its response (see the class docstring)."""
 
     @abc.abstractmethod
     async def drain(self) -> None:

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import time
+from concurrent.futures import Future
+from functools import partial
 
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
+from naiad.futures import LightFuture
 from naiad.hookspecs import hookimpl
-from naiad.scheduling.base import CancelHook, Scheduler, SchedulerFactory, SchedulingContext
+from naiad.scheduling.base import Scheduler, SchedulerFactory, SchedulingContext
 from naiad.scheduling.worker import Execution, InstanceWorker
 from naiad.types import InferenceRequest, InferenceResponse
 
@@ -26,8 +29,8 @@ def batch_size_of(request: InferenceRequest, batching: bool) -> int:
 
 class DefaultScheduler(Scheduler):
     """One request per execution (Triton's default scheduler). Requests queue on the
-    instance with the fewest unfinished jobs and run in arrival order on it; a frontend
-    thread hands its request straight to that instance, without the event loop."""
+    instance with the fewest unfinished jobs and run in arrival order on it; the instance
+    thread records the statistics and answers, whichever thread submitted."""
 
     def __init__(self, context: SchedulingContext) -> None:
         self.stats = context.stats
@@ -38,32 +41,35 @@ class DefaultScheduler(Scheduler):
         workers = self.workers
         return workers[0] if len(workers) == 1 else min(workers, key=_busy)
 
-    async def infer(self, request: InferenceRequest) -> InferenceResponse:
-        execution = await self._worker().submit((request,))
-        return self._record(request, execution)
+    def submit(self, request: InferenceRequest) -> Future[InferenceResponse]:
+        # Nothing waits here: a submitted request runs (cancel() returns False), as in
+        # Triton's default scheduler.
+        answer: Future[InferenceResponse] = LightFuture(running=True)
+        self._worker().submit((request,)).add_done_callback(
+            partial(self._finished, request, answer))
+        return answer
 
-    def infer_blocking(self, request: InferenceRequest, loop: asyncio.AbstractEventLoop,
-                       on_cancel: CancelHook | None = None) -> InferenceResponse:
-        return self._record(request, self._worker().run_blocking((request,)))
-
-    def _record(self, request: InferenceRequest, execution: Execution) -> InferenceResponse:
-        done = time.perf_counter_ns()
+    def _finished(self, request: InferenceRequest, answer: Future[InferenceResponse],
+                  done: Future[Execution]) -> None:
+        """On the instance's thread, right after the request ran."""
+        execution = done.result()
+        finished = time.perf_counter_ns()
         start, end = execution.start_ns, execution.end_ns
         arrival = request.arrival_ns
         batch = batch_size_of(request, self.batching)
         # compute_input: the hop to the instance's thread; compute_output: the way back.
         queued = max(start - arrival, 0)
-        self.stats.record_execution(batch, 0, end - start, done - end)
-        self.stats.record_request(not execution.failed, batch, done - arrival, queued, 0,
-                                  end - start, done - end)
-        request.durations = (queued, 0, end - start, done - end)
-        return execution.responses[0]
+        self.stats.record_execution(batch, 0, end - start, finished - end)
+        self.stats.record_request(not execution.failed, batch, finished - arrival, queued, 0,
+                                  end - start, finished - end)
+        request.durations = (queued, 0, end - start, finished - end)
+        answer.set_result(execution.responses[0])
 
     def pending(self) -> int:
         return sum(w.pending for w in self.workers)
 
     async def drain(self) -> None:
-        # Requests come from the loop and from frontend threads: watch the instances.
+        # Requests come from any thread and finish on instance threads: watch the instances.
         while any(w.busy for w in self.workers):
             await asyncio.sleep(DRAIN_POLL_S)
 

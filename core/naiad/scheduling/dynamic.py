@@ -11,11 +11,14 @@ Batches form by themselves under load: an instance busy with one batch leaves th
 requests queued, and the next cut takes all of them. The batcher never runs model code; it
 hands each batch to a free instance's worker thread.
 
-Requests come from the event loop (HTTP, ensembles) and straight from frontend threads
-(gRPC), so the batcher's state sits behind one lock and no request needs the loop: the
-instance thread that finishes a batch answers its requests (releasing a waiting thread's
-lock, or one ``call_soon_threadsafe`` per batch for the loop's) and cuts the next batch
-itself. Only the ``max_queue_delay_microseconds`` wake-up is a loop timer.
+Requests come from any thread (the event loop for HTTP, gRPC handler threads, instance
+threads for ensemble steps), so the batcher's state sits behind one lock and no request
+needs the loop: each request's future is a :class:`~naiad.scheduling.queues.Waiting`, and
+the instance thread that finishes a batch answers its requests and cuts the next batch
+itself (completing a future there wakes a waiting gRPC thread at once; the HTTP loop's
+futures reach it in one wake-up per batch through :class:`naiad.futures.LoopWaiter`).
+Only the ``max_queue_delay_microseconds`` wake-up is a loop timer. Futures are completed
+and batches handed to instances after the lock is released, since both run callbacks.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ import asyncio
 import logging
 import threading
 import time
-from concurrent.futures import CancelledError
+from concurrent.futures import Future
 from functools import partial
 
 from tritonclient.grpc.model_config_pb2 import ModelConfig
@@ -33,7 +36,7 @@ from naiad.batching import shape_key
 from naiad.errors import InferenceServerError, Status
 from naiad.hookspecs import hookimpl
 from naiad.scheduling.adaptive import ADAPTIVE_PARAMETER, AdaptiveWait, adaptive_enabled
-from naiad.scheduling.base import CancelHook, Scheduler, SchedulerFactory, SchedulingContext
+from naiad.scheduling.base import Scheduler, SchedulerFactory, SchedulingContext
 from naiad.scheduling.batch_policy import cut_batch
 from naiad.scheduling.queues import PriorityQueues, Waiting
 from naiad.scheduling.worker import Execution, InstanceWorker
@@ -45,13 +48,15 @@ DRAIN_POLL_S = 0.005
 # The loop running on the calling thread, or None (C-fast; no exception when there is none).
 _running_loop = asyncio._get_running_loop
 
-Reply = tuple[asyncio.Future[InferenceResponse], InferenceResponse]
+Reply = tuple[Waiting, InferenceResponse]
+Launch = tuple[InstanceWorker, list[Waiting]]
 
 __all__ = ["ADAPTIVE_PARAMETER", "DynamicBatcher"]
 
 
 class DynamicBatcher(Scheduler):
-    """Merges queued requests of one model version into batches for its instances."""
+    """Merges queued requests of one model version into batches for its instances. Built
+    on the server's event loop, which runs its queue-delay timers."""
 
     holds_requests = True
 
@@ -69,55 +74,33 @@ class DynamicBatcher(Scheduler):
         self.preserve_ordering = batching.preserve_ordering
         self.queues = PriorityQueues(context.name, batching)
         self.adaptive = AdaptiveWait(self.delay_ns) if adaptive_enabled(config) else None
+        self._loop = asyncio.get_running_loop()
         # Everything below is guarded by _lock. Hold it only for bookkeeping: never while
-        # a model runs, and never while waiting for anything.
+        # a model runs, never while waiting for anything, never while completing a future.
         self._lock = threading.Lock()
         self._idle: list[InstanceWorker] = list(reversed(context.workers))
         self._executing = 0
         self._next_seq = 0
-        self._loop: asyncio.AbstractEventLoop | None = None
         # The earliest pending timer wake-up (perf_counter_ns; 0: none). Timers are never
         # cancelled: one that finds nothing due does nothing.
         self._wake_at = 0
-        # Answers for event-loop requests, made under the lock and sent after it.
+        # Made under the lock, carried out after it: batches to hand to instances, answers.
+        self._launches: list[Launch] = []
         self._replies: list[Reply] = []
         # preserve_ordering: responses leave in arrival order, whichever batch ends first.
         self._next_to_send = 0
-        self._finished: dict[int, tuple[Waiting, InferenceResponse]] = {}
+        self._finished: dict[int, Reply] = {}
         self._dropped: set[int] = set()
         self._verbose = log.isEnabledFor(logging.DEBUG)
 
     # --- the request side ---------------------------------------------------------------
 
-    async def infer(self, request: InferenceRequest) -> InferenceResponse:
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[InferenceResponse] = loop.create_future()
-        item = self._enqueue(request, future, loop)
-        try:
-            return await future
-        except asyncio.CancelledError:
-            self._withdraw(item)  # the client went away: a queued request never runs
-            raise
-
-    def infer_blocking(self, request: InferenceRequest, loop: asyncio.AbstractEventLoop,
-                       on_cancel: CancelHook | None = None) -> InferenceResponse:
-        item = self._enqueue(request, None, loop)
-        assert item.answered is not None
-        if on_cancel is not None:
-            on_cancel(lambda: self._withdraw(item))
-        item.answered.acquire()
-        if item.response is None:
-            raise CancelledError(f"model '{self.name}': the request was cancelled")
-        return item.response
-
-    def _enqueue(self, request: InferenceRequest,
-                 future: asyncio.Future[InferenceResponse] | None,
-                 loop: asyncio.AbstractEventLoop) -> Waiting:
-        now = time.perf_counter_ns()
+    def submit(self, request: InferenceRequest) -> Future[InferenceResponse]:
+        item = Waiting(request, self._withdraw, 0, _rows(request, self.batches_requests),
+                       shape_key(request))
+        now = item.enqueue_ns = time.perf_counter_ns()
         with self._lock:
-            self._loop = loop
-            item = Waiting(request, future, now, self._next_seq,
-                           _rows(request, self.batches_requests), shape_key(request))
+            item.seq = self._next_seq
             self.queues.put(item, now)  # raises UNAVAILABLE when the level's queue is full
             self._next_seq += 1
             if self.adaptive is not None:
@@ -126,22 +109,18 @@ class DynamicBatcher(Scheduler):
                 self._dispatch()
             elif self.queues.next_deadline:
                 self._wake(self.queues.next_deadline)
-            replies = self._take_replies()
-        _send(replies)
+            launches, replies = self._take()
+        self._carry_out(launches, replies)
         return item
 
     def _withdraw(self, item: Waiting) -> None:
-        """Drop ``item`` if it is still queued; a waiting thread then gets no response."""
+        """``item.cancel()`` was called: drop it if it is still queued (it never runs)."""
         with self._lock:
             if not self.queues.discard(item):
                 return  # it runs, or has its answer already
-            if self.preserve_ordering:
-                self._dropped.add(item.seq)
-                self._answer_in_order()
-            replies = self._take_replies()
-        if item.answered is not None:
-            item.answered.release()
-        _send(replies)
+            self._drop(item)
+            launches, replies = self._take()
+        self._carry_out(launches, replies)
 
     def pending(self) -> int:
         return self.queues.count
@@ -180,28 +159,39 @@ class DynamicBatcher(Scheduler):
 
     def _run(self, batch: list[Waiting]) -> None:
         self.queues.remove(batch)
-        worker = self._idle.pop()
-        self._executing += 1
-        requests = [item.request for item in batch]
-        if not worker.run_then(requests, partial(self._finished_batch, worker, batch)):
-            # The instance is closing: its refusal answers the batch now, and the worker
-            # goes back to the idle list for the dispatch loop to refuse the rest.
-            self._complete(worker, batch, worker.refused(requests))
+        # A request cancelled since it was cut is left out: cancel() returned True for it.
+        batch = [item for item in batch if self._claim(item)]
+        if batch:
+            self._executing += 1
+            self._launches.append((self._idle.pop(), batch))
+
+    def _claim(self, item: Waiting) -> bool:
+        """Mark a request that left the queue as running (no longer cancellable); False,
+        and it is dropped, when its client cancelled it meanwhile."""
+        if item.set_running_or_notify_cancel():
+            return True
+        self._drop(item)
+        return False
+
+    def _drop(self, item: Waiting) -> None:
+        if self.preserve_ordering:  # it never finishes: later answers must not wait for it
+            self._dropped.add(item.seq)
+            self._answer_in_order()
 
     def _wake(self, at_ns: int) -> None:
         """Make sure the timer fires by ``at_ns``."""
         if self._wake_at and self._wake_at <= at_ns:
             return
         self._wake_at = at_ns
-        loop = self._loop
-        assert loop is not None
-        if _running_loop() is loop:
+        if _running_loop() is self._loop:
             self._arm(at_ns)
         else:
-            loop.call_soon_threadsafe(self._arm, at_ns)
+            try:
+                self._loop.call_soon_threadsafe(self._arm, at_ns)
+            except RuntimeError:  # the loop is closed: the server is gone
+                pass
 
     def _arm(self, at_ns: int) -> None:
-        assert self._loop is not None
         self._loop.call_later(max(at_ns - time.perf_counter_ns(), 0) / 1e9,
                               self._timer_fired, at_ns)
 
@@ -215,11 +205,13 @@ class DynamicBatcher(Scheduler):
                 self._reject(self.queues.expire(time.perf_counter_ns()))
                 if self.queues.next_deadline:
                     self._wake(self.queues.next_deadline)
-            replies = self._take_replies()
-        _send(replies)
+            launches, replies = self._take()
+        self._carry_out(launches, replies)
 
     def _reject(self, expired: list[Waiting]) -> None:
         for item in expired:
+            if not self._claim(item):
+                continue
             error = InferenceServerError(
                 f"Request timeout expired: model '{self.name}' did not start the request "
                 f"within its queue timeout", Status.UNAVAILABLE)
@@ -227,17 +219,45 @@ class DynamicBatcher(Scheduler):
             waited = time.perf_counter_ns() - item.request.arrival_ns
             self.stats.record_request(False, item.rows, waited, 0, 0, 0, 0)
 
-    # --- completions --------------------------------------------------------------------
+    def _take(self) -> tuple[list[Launch], list[Reply]]:
+        """What the lock's holder decided, for it to carry out once it lets go."""
+        launches, replies = self._launches, self._replies
+        self._launches, self._replies = [], []
+        return launches, replies
+
+    # --- after the lock -----------------------------------------------------------------
+
+    def _carry_out(self, launches: list[Launch], replies: list[Reply]) -> None:
+        """Hand batches to their instances, then complete the answered futures."""
+        index = 0
+        while index < len(launches):
+            worker, batch = launches[index]
+            index += 1
+            done = worker.submit([item.request for item in batch])
+            if not done.done():
+                done.add_done_callback(partial(self._finished_batch, worker, batch))
+                continue
+            # Refused at once (the instance is closing): answer here, in this loop rather
+            # than from the callback, so refusing a long queue does not recurse. The worker
+            # goes back to the idle list for the dispatch to refuse the rest.
+            with self._lock:
+                self._complete(worker, batch, done.result())
+                self._dispatch()
+                more, answered = self._take()
+            launches += more
+            replies += answered
+        for item, response in replies:
+            item.set_result(response)  # claimed: neither cancelled nor answered before
 
     def _finished_batch(self, worker: InstanceWorker, batch: list[Waiting],
-                        execution: Execution) -> None:
+                        done: Future[Execution]) -> None:
         """On the instance's thread, right after the batch ran: answer it, cut the next."""
         with self._lock:
-            self._complete(worker, batch, execution)
+            self._complete(worker, batch, done.result())
             if self.queues.count:
                 self._dispatch()
-            replies = self._take_replies()
-        _send(replies)
+            launches, replies = self._take()
+        self._carry_out(launches, replies)
 
     def _complete(self, worker: InstanceWorker, batch: list[Waiting],
                   execution: Execution) -> None:
@@ -258,7 +278,7 @@ class DynamicBatcher(Scheduler):
 
     def _answer(self, item: Waiting, response: InferenceResponse) -> None:
         if not self.preserve_ordering:
-            self._reply(item, response)
+            self._replies.append((item, response))
             return
         self._finished[item.seq] = (item, response)
         self._answer_in_order()
@@ -267,46 +287,12 @@ class DynamicBatcher(Scheduler):
         while True:
             seq = self._next_to_send
             if seq in self._finished:
-                self._reply(*self._finished.pop(seq))
+                self._replies.append(self._finished.pop(seq))
             elif seq in self._dropped:  # dropped from the queue: it never finishes
                 self._dropped.discard(seq)
             else:
                 return
             self._next_to_send += 1
-
-    def _reply(self, item: Waiting, response: InferenceResponse) -> None:
-        if item.future is not None:
-            self._replies.append((item.future, response))
-        else:  # a frontend thread waits for it
-            assert item.answered is not None
-            item.response = response
-            item.answered.release()
-
-    def _take_replies(self) -> list[Reply]:
-        replies = self._replies
-        if replies:
-            self._replies = []
-        return replies
-
-
-def _send(replies: list[Reply]) -> None:
-    """Hand the event loop its answers: directly on the loop, else in one wake-up."""
-    if not replies:
-        return
-    loop = replies[0][0].get_loop()
-    if _running_loop() is loop:
-        _set_results(replies)
-        return
-    try:
-        loop.call_soon_threadsafe(_set_results, replies)
-    except RuntimeError:  # the loop is closed: nobody is waiting any more
-        pass
-
-
-def _set_results(replies: list[Reply]) -> None:
-    for future, response in replies:
-        if not future.done():
-            future.set_result(response)
 
 
 def _rows(request: InferenceRequest, batching: bool) -> int:

@@ -8,23 +8,36 @@ request to the step's model, through that model's own scheduler (a composing mod
 
 The step's model is looked up per request, so reloading a composing model is seen by the
 next request; a step whose model is gone fails that request with the reason.
+
+No thread or task waits for a step: each step's future calls back when it is done (on the
+thread that finished it, usually the step model's instance thread), and that callback sends
+the steps that were waiting for it.
 """
 
 from __future__ import annotations
 
 import asyncio
-import itertools
+import threading
 import time
+from concurrent.futures import CancelledError, Future
+from functools import partial
+from typing import TYPE_CHECKING
 
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
 from naiad.config.platforms import ENSEMBLE
 from naiad.errors import InferenceServerError
+from naiad.futures import LightFuture
 from naiad.hookspecs import hookimpl
 from naiad.scheduling.base import ModelLookup, Scheduler, SchedulerFactory, SchedulingContext
 from naiad.scheduling.default import batch_size_of
 from naiad.scheduling.ensemble_plan import EnsemblePlan, EnsembleStep, build_plan, check_steps
 from naiad.types import InferenceRequest, InferenceResponse, RequestedOutput, Tensor
+
+if TYPE_CHECKING:
+    from naiad.models.manager import ModelVersion
+
+DRAIN_POLL_S = 0.005
 
 
 class EnsembleScheduler(Scheduler):
@@ -40,61 +53,37 @@ class EnsembleScheduler(Scheduler):
         self.plan: EnsemblePlan = build_plan(context.config)
         check_steps(self.plan, context.config,
                     lambda name, version: self.lookup(name, version).signature)
-        # A chain (every step reads only what the one before wrote) needs no tasks.
-        self._chain = all(step.after == (previous.index,)
-                          for previous, step in itertools.pairwise(self.plan.steps))
+        # By step index (the config's order, not the plan's): the steps that read what a
+        # step writes, and how many steps each one waits for.
+        self.followers: list[list[EnsembleStep]] = [[] for _ in self.plan.steps]
+        self.producer_counts = [0] * len(self.plan.steps)
+        for step in self.plan.steps:
+            self.producer_counts[step.index] = len(step.after)
+            for producer in step.after:
+                self.followers[producer].append(step)
         self._in_flight = 0
-        self._drained: asyncio.Event | None = None
+        self._count_lock = threading.Lock()
 
-    async def infer(self, request: InferenceRequest) -> InferenceResponse:
-        self._in_flight += 1
-        tensors: dict[str, Tensor] = dict(request.inputs)
-        request.durations = (0, 0, 0, 0)
-        try:
-            if self._chain:
-                for step in self.plan.steps:
-                    await self._run_step(step, request, tensors)
-            else:
-                await self._run_graph(request, tensors)
-        except InferenceServerError as exc:
-            self._record(request, ok=False)
-            return InferenceResponse(error=exc)
-        finally:
-            self._in_flight -= 1
-            if not self._in_flight and self._drained is not None:
-                self._drained.set()
-        self._record(request, ok=True)
-        outputs = [tensors[name] for name in self.plan.output_producers]
-        return InferenceResponse(outputs=outputs)
+    def submit(self, request: InferenceRequest) -> Future[InferenceResponse]:
+        # Not cancellable, as Triton's ensembles: a request in progress runs to its end.
+        answer: Future[InferenceResponse] = LightFuture(running=True)
+        with self._count_lock:
+            self._in_flight += 1
+        _Run(self, request, answer).start()
+        return answer
 
-    async def _run_graph(self, request: InferenceRequest, tensors: dict[str, Tensor]) -> None:
-        """Start every step once the steps it waits for are done; the first failure
-        cancels the rest."""
-        tasks: dict[int, asyncio.Task[None]] = {}
-        for step in self.plan.steps:  # producers come first: their tasks already exist
-            waits = [tasks[i] for i in step.after]
-            tasks[step.index] = asyncio.ensure_future(
-                self._run_after(waits, step, request, tensors))
-        try:
-            await asyncio.gather(*tasks.values())
-        finally:
-            for task in tasks.values():
-                task.cancel()
+    async def drain(self) -> None:
+        # Steps finish on their models' instance threads: watch the count.
+        while self._in_flight:
+            await asyncio.sleep(DRAIN_POLL_S)
 
-    async def _run_after(self, waits: list[asyncio.Task[None]], step: EnsembleStep,
-                         request: InferenceRequest, tensors: dict[str, Tensor]) -> None:
-        for wait in waits:
-            await asyncio.shield(wait)
-        await self._run_step(step, request, tensors)
-
-    async def _run_step(self, step: EnsembleStep, request: InferenceRequest,
-                        tensors: dict[str, Tensor]) -> None:
-        """Send one step's request to its model and add what it produced to ``tensors``."""
+    def _step_request(self, step: EnsembleStep, request: InferenceRequest,
+                     tensors: dict[str, Tensor]) -> tuple[ModelVersion, InferenceRequest]:
+        """The step's model and the request for it, checked against the model."""
         try:
             model = self.lookup(step.model_name, step.model_version)
         except InferenceServerError as exc:
-            raise InferenceServerError(f"ensemble '{self.name}' {step.describe()}: "
-                                       f"{exc.message}", exc.status) from None
+            raise self._step_error(step, exc) from None
         inputs = {}
         for model_input, tensor_name in step.inputs:
             tensor = tensors[tensor_name]
@@ -107,42 +96,134 @@ class EnsembleScheduler(Scheduler):
             parameters=request.parameters, arrival_ns=time.perf_counter_ns())
         try:
             model.signature.check(step_request)
-            response = await model.scheduler.infer(step_request)
         except InferenceServerError as exc:
             raise self._step_error(step, exc) from None
-        if response.error is not None:
-            raise self._step_error(step, response.error)
-        if step_request.durations is not None and request.durations is not None:
-            request.durations = tuple(  # type: ignore[assignment]
-                a + b for a, b in zip(request.durations, step_request.durations, strict=True))
-        produced = {t.name: t for t in response.outputs}
-        for model_output, tensor_name in step.outputs:
-            tensor = produced.get(model_output)
-            if tensor is None:
-                raise InferenceServerError(
-                    f"ensemble '{self.name}' {step.describe()} did not produce its output "
-                    f"'{model_output}'")
-            tensors[tensor_name] = Tensor(tensor_name, tensor.datatype, tensor.shape,
-                                          tensor.data)
+        return model, step_request
 
     def _step_error(self, step: EnsembleStep, error: InferenceServerError
-                    ) -> InferenceServerError:
+                   ) -> InferenceServerError:
         return InferenceServerError(f"ensemble '{self.name}' {step.describe()}: "
                                     f"{error.message}", error.status)
 
-    def _record(self, request: InferenceRequest, ok: bool) -> None:
-        """As Triton does: an ensemble's queue and compute times are its steps' sums."""
+    def _finished(self, request: InferenceRequest, answer: Future[InferenceResponse],
+                 response: InferenceResponse) -> None:
+        """Record a request as Triton does (queue and compute times are its steps' sums),
+        then answer it."""
         total = time.perf_counter_ns() - request.arrival_ns
         batch = batch_size_of(request, self.batching)
         queued, compute_input, infer, output = request.durations or (0, 0, 0, 0)
+        ok = response.error is None
         if ok:
             self.stats.record_execution(batch, compute_input, infer, output)
         self.stats.record_request(ok, batch, total, queued, compute_input, infer, output)
+        with self._count_lock:
+            self._in_flight -= 1
+        answer.set_result(response)
 
-    async def drain(self) -> None:
-        while self._in_flight:
-            self._drained = asyncio.Event()
-            await self._drained.wait()
+
+class _Run:
+    """One request walking the steps: a step is sent as soon as the steps it reads from are
+    done, from the callback of the last of them (on whichever thread finished it). The
+    first failure answers the request and cancels the steps still queued."""
+
+    def __init__(self, scheduler: EnsembleScheduler, request: InferenceRequest,
+                 answer: Future[InferenceResponse]) -> None:
+        self.scheduler = scheduler
+        self.request = request
+        self.answer = answer
+        steps = scheduler.plan.steps
+        # Everything below is guarded by the lock: steps finish on several threads.
+        self.lock = threading.Lock()
+        self.tensors: dict[str, Tensor] = dict(request.inputs)
+        self.unfinished_producers = list(scheduler.producer_counts)  # by step index
+        self.left = len(steps)
+        self.running: dict[int, Future[InferenceResponse]] = {}
+        self.over = False
+        request.durations = (0, 0, 0, 0)
+
+    def start(self) -> None:
+        self._send([step for step in self.scheduler.plan.steps if not step.after])
+
+    def _send(self, steps: list[EnsembleStep]) -> None:
+        scheduler = self.scheduler
+        for step in steps:
+            try:
+                with self.lock:
+                    if self.over:
+                        return
+                    model, step_request = scheduler._step_request(step, self.request,
+                                                                 self.tensors)
+            except InferenceServerError as exc:
+                self._fail(exc)
+                return
+            try:
+                # Not under the lock: submitting may complete futures of this run (a
+                # closing instance refuses a whole batch at once), whose callbacks take it.
+                future = model.scheduler.submit(step_request)
+            except InferenceServerError as exc:
+                self._fail(scheduler._step_error(step, exc))
+                return
+            with self.lock:
+                self.running[step.index] = future
+            future.add_done_callback(partial(self._step_done, step, step_request))
+
+    def _step_done(self, step: EnsembleStep, step_request: InferenceRequest,
+                   future: Future[InferenceResponse]) -> None:
+        try:
+            response = future.result()
+        except CancelledError:
+            return  # this run failed and cancelled it
+        if response.error is not None:
+            self._fail(self.scheduler._step_error(step, response.error))
+            return
+        plan = self.scheduler.plan
+        ready: list[EnsembleStep] = []
+        missing: InferenceServerError | None = None
+        outputs: list[Tensor] = []
+        with self.lock:
+            if self.over:
+                return
+            self.running.pop(step.index, None)
+            if step_request.durations is not None and self.request.durations is not None:
+                self.request.durations = tuple(  # type: ignore[assignment]
+                    a + b for a, b in zip(self.request.durations, step_request.durations,
+                                          strict=True))
+            produced = {t.name: t for t in response.outputs}
+            for model_output, tensor_name in step.outputs:
+                tensor = produced.get(model_output)
+                if tensor is None:
+                    missing = InferenceServerError(
+                        f"ensemble '{self.scheduler.name}' {step.describe()} did not "
+                        f"produce its output '{model_output}'")
+                    break
+                self.tensors[tensor_name] = Tensor(tensor_name, tensor.datatype,
+                                                   tensor.shape, tensor.data)
+            self.left -= 1
+            for follower in self.scheduler.followers[step.index]:
+                self.unfinished_producers[follower.index] -= 1
+                if not self.unfinished_producers[follower.index]:
+                    ready.append(follower)
+            done = missing is None and not self.left
+            if done:
+                self.over = True
+                outputs = [self.tensors[name] for name in plan.output_producers]
+        if missing is not None:
+            self._fail(missing)
+        elif done:
+            self.scheduler._finished(self.request, self.answer,
+                                    InferenceResponse(outputs=outputs))
+        else:
+            self._send(ready)
+
+    def _fail(self, error: InferenceServerError) -> None:
+        with self.lock:
+            if self.over:
+                return
+            self.over = True
+            running = list(self.running.values())
+        for future in running:
+            future.cancel()  # a step still queued is withdrawn; one running finishes unread
+        self.scheduler._finished(self.request, self.answer, InferenceResponse(error=error))
 
 
 @hookimpl(tryfirst=True)

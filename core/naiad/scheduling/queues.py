@@ -11,58 +11,46 @@ Requests whose client went away are marked and skipped, not searched for and rem
 
 from __future__ import annotations
 
-import asyncio
-import threading
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from tritonclient.grpc.model_config_pb2 import ModelDynamicBatching, ModelQueuePolicy
 
 from naiad.errors import InferenceServerError, Status
+from naiad.futures import Withdrawable
 from naiad.types import InferenceRequest, InferenceResponse
 
 NS_PER_US = 1000
 
 
-class Waiting:
-    """One queued request, what the batcher knows about it, and how it is answered.
-
-    A request from the event loop is answered through ``future``. A request from a frontend
-    thread has no future: its thread blocks on ``answered``, which is released once
-    ``response`` is stored (left None when the request was cancelled)."""
+class Waiting(Withdrawable[InferenceResponse]):
+    """One queued request, what the batcher knows about it, and the future its client
+    holds: the batcher completes it, and ``cancel()`` while it is queued calls
+    ``withdraw(item)``."""
 
     __slots__ = (
-        "answered",
         "deadline_ns",
         "enqueue_ns",
-        "future",
         "gone",
         "level",
         "request",
-        "response",
         "rows",
         "seq",
         "shape_key",
     )
 
-    def __init__(self, request: InferenceRequest,
-                 future: asyncio.Future[InferenceResponse] | None, enqueue_ns: int, seq: int,
-                 rows: int, shape_key: object) -> None:
+    def __init__(self, request: InferenceRequest, withdraw: Callable[[Waiting], object],
+                 enqueue_ns: int, rows: int, shape_key: object) -> None:
+        super().__init__(withdraw)
         self.request = request
-        self.future = future
         self.enqueue_ns = enqueue_ns
-        self.seq = seq
+        self.seq = 0  # arrival order, given under the batcher's lock
         self.rows = rows
         self.shape_key = shape_key
         self.level = 0
         self.deadline_ns = 0  # 0: no timeout
         # Set when the request left the queue (dispatched, dropped or timed out).
         self.gone = False
-        self.response: InferenceResponse | None = None
-        self.answered: threading.Lock | None = None
-        if future is None:
-            self.answered = threading.Lock()
-            self.answered.acquire()
 
 
 class _Level:

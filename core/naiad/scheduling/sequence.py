@@ -19,6 +19,10 @@ slot; a later request without START is then refused.
 
 Differences from Triton: a direct batch has no empty slots ("null requests" with READY
 false): only sequences that have a request waiting are in it.
+
+The batcher's state belongs to the event loop: :meth:`SequenceBatcher.submit` from another
+thread (gRPC) and the end of an execution (on the instance's thread) reach it with one
+``call_soon_threadsafe`` each; the answer's future is completed on the loop.
 """
 
 from __future__ import annotations
@@ -28,13 +32,17 @@ import collections
 import dataclasses
 import logging
 import time
+from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import dataclass, field
+from functools import partial
 
 import numpy as np
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
 from naiad.batching import shape_key
-from naiad.errors import invalid_arg
+from naiad.errors import InferenceServerError, invalid_arg, unavailable
+from naiad.futures import Withdrawable
 from naiad.hookspecs import hookimpl
 from naiad.scheduling.base import Scheduler, SchedulerFactory, SchedulingContext
 from naiad.scheduling.default import batch_size_of
@@ -45,14 +53,22 @@ from naiad.types import InferenceRequest, InferenceResponse, RequestedOutput
 log = logging.getLogger("naiad.scheduling.sequence")
 
 NS_PER_US = 1000
+# The loop running on the calling thread, or None (C-fast; no exception when there is none).
+_running_loop = asyncio._get_running_loop
 
 
-@dataclass(slots=True, eq=False)
-class _Waiting:
-    request: InferenceRequest
-    future: asyncio.Future[InferenceResponse]
-    start: bool
-    end: bool
+class _Waiting(Withdrawable[InferenceResponse]):
+    """One request of a sequence, and the future its client holds."""
+
+    __slots__ = ("end", "request", "sequence", "start")
+
+    def __init__(self, request: InferenceRequest, withdraw: Callable[[_Waiting], object]
+                 ) -> None:
+        super().__init__(withdraw)
+        self.request = request
+        self.sequence: _Sequence | None = None  # set once the loop has accepted it
+        self.start = False
+        self.end = False
 
 
 @dataclass(slots=True, eq=False)
@@ -108,17 +124,51 @@ class SequenceBatcher(Scheduler):
         self.output_names = [output.name for output in config.output]
         self._reaper: asyncio.TimerHandle | None = None
         self._drained: asyncio.Event | None = None
+        self._loop = asyncio.get_running_loop()
 
     # --- the request side ---------------------------------------------------------------
 
-    async def infer(self, request: InferenceRequest) -> InferenceResponse:
-        params = request.parameters
+    def submit(self, request: InferenceRequest) -> Future[InferenceResponse]:
+        waiting = _Waiting(request, self._withdraw)
+        self._on_loop(self._accept, waiting)
+        return waiting
+
+    def _on_loop(self, fn: Callable[..., object], *args: object) -> None:
+        """Run ``fn(*args)`` on the loop: now when this is the loop's thread, else soon."""
+        if _running_loop() is self._loop:
+            fn(*args)
+            return
+        try:
+            self._loop.call_soon_threadsafe(fn, *args)
+        except RuntimeError:  # the loop is closed: the server is gone
+            raise unavailable(f"model '{self.name}' is unloading") from None
+
+    def _accept(self, waiting: _Waiting) -> None:
+        """Queue a request on its sequence (on the loop)."""
+        if waiting.done():
+            return  # cancelled on its way to the loop
+        try:
+            sequence = self._sequence_of(waiting)
+        except InferenceServerError as exc:
+            if waiting.set_running_or_notify_cancel():
+                waiting.set_result(InferenceResponse(error=exc))
+            return
+        waiting.sequence = sequence
+        sequence.pending.append(waiting)
+        sequence.last_seen_ns = time.perf_counter_ns()
+        self._arm_reaper()
+        if sequence.lane is not None:
+            self._pump(sequence.lane)
+
+    def _sequence_of(self, waiting: _Waiting) -> _Sequence:
+        """The live sequence a request belongs to, started by it when it carries START."""
+        params = waiting.request.parameters
         sequence_id = self.controls.sequence_id(params)
-        start = bool(params.get("sequence_start", False))
-        end = bool(params.get("sequence_end", False))
+        waiting.start = bool(params.get("sequence_start", False))
+        waiting.end = bool(params.get("sequence_end", False))
         sequence = self.live.get(sequence_id)
         if sequence is None:
-            if not start:
+            if not waiting.start:
                 raise invalid_arg(
                     f"inference request for sequence {sequence_id!r} to model '{self.name}' "
                     f"must specify the START flag on the first request of the sequence (the "
@@ -126,19 +176,21 @@ class SequenceBatcher(Scheduler):
                     f"{self.idle_ns // 1_000_000} ms)")
             sequence = self.live[sequence_id] = _Sequence(sequence_id)
             self._assign(sequence)
-        waiting = _Waiting(request, asyncio.get_running_loop().create_future(), start, end)
-        sequence.pending.append(waiting)
-        sequence.last_seen_ns = time.perf_counter_ns()
-        self._arm_reaper()
-        if sequence.lane is not None:
-            self._pump(sequence.lane)
+        return sequence
+
+    def _withdraw(self, waiting: _Waiting) -> None:
+        """``waiting.cancel()`` was called (any thread): a request still queued is dropped
+        and never runs."""
         try:
-            return await waiting.future
-        except asyncio.CancelledError:
-            # The client went away: a request still waiting is dropped and never runs.
-            if waiting in sequence.pending:
-                sequence.pending.remove(waiting)
-            raise
+            self._on_loop(self._drop, waiting)
+        except InferenceServerError:
+            pass  # the loop is gone, and the request with it
+
+    def _drop(self, waiting: _Waiting) -> None:
+        sequence = waiting.sequence
+        if sequence is not None and waiting in sequence.pending:
+            sequence.pending.remove(waiting)
+            self._wake_drain()
 
     def pending(self) -> int:
         return sum(len(s.pending) for s in self.live.values())
@@ -187,34 +239,45 @@ class SequenceBatcher(Scheduler):
         """Send the lane's next batch if it is idle and a batch is due."""
         if lane.executing:
             return
-        heads = [s for s in lane.sequences if s.pending]
-        if not heads:
-            self._wake_drain()
-            return
-        if self.oldest:
-            heads.sort(key=lambda s: s.pending[0].request.arrival_ns)
-        # Requests share a batch only when their inputs agree past the batch dimension.
-        first = shape_key(heads[0].pending[0].request)
-        heads = [s for s in heads if shape_key(s.pending[0].request) == first]
-        heads = heads[:self.max_batch_size]
-        if self.delay_ns and len(heads) < self.target and not delay_expired:
-            due = min(s.pending[0].request.arrival_ns for s in heads) + self.delay_ns
-            now = time.perf_counter_ns()
-            if now < due:
-                if lane.timer is None:
-                    lane.timer = asyncio.get_running_loop().call_later(
-                        (due - now) / 1e9, self._delay_expired, lane)
+        while True:
+            heads = [s for s in lane.sequences if s.pending]
+            if not heads:
+                self._wake_drain()
                 return
-        if lane.timer is not None:
-            lane.timer.cancel()
-            lane.timer = None
-        batch = [s.pending.popleft() for s in heads]
-        for sequence in heads:
+            if self.oldest:
+                heads.sort(key=lambda s: s.pending[0].request.arrival_ns)
+            # Requests share a batch only when their inputs agree past the batch dimension.
+            first = shape_key(heads[0].pending[0].request)
+            heads = [s for s in heads if shape_key(s.pending[0].request) == first]
+            heads = heads[:self.max_batch_size]
+            if self.delay_ns and len(heads) < self.target and not delay_expired:
+                due = min(s.pending[0].request.arrival_ns for s in heads) + self.delay_ns
+                now = time.perf_counter_ns()
+                if now < due:
+                    if lane.timer is None:
+                        lane.timer = self._loop.call_later((due - now) / 1e9,
+                                                           self._delay_expired, lane)
+                    return
+            if lane.timer is not None:
+                lane.timer.cancel()
+                lane.timer = None
+            # From here on a request runs: cancel() returns False. One cancelled meanwhile
+            # (its withdrawal is on its way to the loop) is left out.
+            started: list[_Sequence] = []
+            batch: list[_Waiting] = []
+            for sequence in heads:
+                waiting = sequence.pending.popleft()
+                if waiting.set_running_or_notify_cancel():
+                    started.append(sequence)
+                    batch.append(waiting)
+            if batch:
+                break
+        for sequence in started:
             sequence.running = True
         lane.executing = True
-        future = lane.worker.submit([self._prepared(s, w) for s, w in zip(heads, batch,
-                                                                          strict=True)])
-        future.add_done_callback(lambda done: self._finished(lane, heads, batch, done))
+        requests = [self._prepared(s, w) for s, w in zip(started, batch, strict=True)]
+        lane.worker.submit(requests).add_done_callback(
+            partial(self._execution_done, lane, started, batch))
 
     def _delay_expired(self, lane: _Lane) -> None:
         lane.timer = None
@@ -237,8 +300,18 @@ class SequenceBatcher(Scheduler):
             return dataclasses.replace(request, inputs=inputs, requested_outputs=requested)
         return dataclasses.replace(request, inputs=inputs)
 
+    def _execution_done(self, lane: _Lane, heads: list[_Sequence], batch: list[_Waiting],
+                        done: Future[Execution]) -> None:
+        """On the instance's thread (or at once, when a closing instance refused the
+        batch): the rest happens on the loop, always as a new callback, so refusing a
+        lane's queue does not recurse."""
+        try:
+            self._loop.call_soon_threadsafe(self._finished, lane, heads, batch, done)
+        except RuntimeError:  # the loop is closed: the server is gone, and the requests
+            pass
+
     def _finished(self, lane: _Lane, heads: list[_Sequence], batch: list[_Waiting],
-                  done: asyncio.Future[Execution]) -> None:
+                  done: Future[Execution]) -> None:
         lane.executing = False
         execution = done.result()
         finished = time.perf_counter_ns()
@@ -258,8 +331,7 @@ class SequenceBatcher(Scheduler):
             request.durations = (queued, 0, end - start, finished - end)
             if response.error is None:
                 response.outputs = self.controls.take_state(response.outputs, sequence.state)
-            if not waiting.future.done():
-                waiting.future.set_result(response)
+            waiting.set_result(response)
             if waiting.end:
                 ended.append(sequence)
         for sequence in ended:
@@ -271,8 +343,7 @@ class SequenceBatcher(Scheduler):
 
     def _arm_reaper(self) -> None:
         if self._reaper is None and self.live:
-            loop = asyncio.get_running_loop()
-            self._reaper = loop.call_later(self.idle_ns / 1e9, self._reap)
+            self._reaper = self._loop.call_later(self.idle_ns / 1e9, self._reap)
 
     def _reap(self) -> None:
         """Release sequences idle longer than ``max_sequence_idle_microseconds``."""

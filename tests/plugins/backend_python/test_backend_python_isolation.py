@@ -395,3 +395,53 @@ def test_an_unknown_execution_mode_fails_the_load(repo: Path) -> None:
             client.load_model("probe", config=config)
         assert "EXECUTION_MODE is 'sideways', expected one of isolated, in_process" \
             in info.value.message()
+
+
+# --- a model using a framework, in both modes ---------------------------------------------
+
+TORCH_PY = """
+import numpy as np
+import torch
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        torch.manual_seed(0)
+        self.layer = torch.nn.Linear(4, 2)
+
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            x = torch.from_numpy(pb_utils.get_input_tensor_by_name(request, "INPUT0").as_numpy()
+                                 .copy())
+            with torch.no_grad():
+                y = self.layer(x).numpy()
+            responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0", y)]))
+        return responses
+"""
+
+
+@pytest.mark.parametrize("mode", ["isolated", "in_process"])
+def test_a_model_using_torch_serves_in_both_modes(tmp_path: Path, mode: str) -> None:
+    torch = pytest.importorskip("torch")
+    config = f"""
+name: "linear"
+backend: "python"
+input [ {{ name: "INPUT0", data_type: TYPE_FP32, dims: [ 3, 4 ] }} ]
+output [ {{ name: "OUTPUT0", data_type: TYPE_FP32, dims: [ 3, 2 ] }} ]
+parameters {{ key: "EXECUTION_MODE" value: {{ string_value: "{mode}" }} }}
+"""
+    write_model(tmp_path, "linear", config, TORCH_PY)
+    torch.manual_seed(0)
+    expected_layer = torch.nn.Linear(4, 2)
+    data = np.arange(12, dtype=np.float32).reshape(3, 4)
+    with torch.no_grad():
+        expected = expected_layer(torch.from_numpy(data)).numpy()
+    with naiad_server("--model-repository", str(tmp_path)) as process:
+        for module, url in ((httpclient, process.http_url), (grpcclient, process.grpc_url)):
+            client = module.InferenceServerClient(url)
+            tensor = module.InferInput("INPUT0", [3, 4], "FP32")
+            tensor.set_data_from_numpy(data)
+            got = client.infer("linear", [tensor]).as_numpy("OUTPUT0")
+            np.testing.assert_allclose(got, expected, rtol=1e-6)

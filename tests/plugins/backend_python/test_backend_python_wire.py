@@ -61,7 +61,7 @@ def test_a_descriptor_travels_with_its_frame(pair, tmp_path):
     finally:
         os.close(fd)
     header, _, fds = right.receive()
-    assert header == {"op": "fd"} and len(fds) == 1
+    assert header == {"op": "fd", "fds": 1} and len(fds) == 1
     assert os.read(fds[0], 5) == b"hello"
     os.close(fds[0])
 
@@ -148,3 +148,23 @@ def test_a_descriptor_that_does_not_fit_is_refused(descriptor, message):
 def test_bytes_elements_running_past_their_tensor_are_refused():
     with pytest.raises(ValueError, match="runs past"):
         wire.deserialize_bytes(b"\x09\x00\x00\x00abc")
+
+
+def test_descriptors_belong_to_their_own_message_when_reads_span_messages(pair, tmp_path):
+    """One read may take a message's end and the next one's start, with the next one's
+    descriptors: they must still go to the message that carried them."""
+    left, right = pair
+    path = tmp_path / "f"
+    path.write_bytes(b"x")
+    for i in range(20):
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            left.send({"i": i}, [memoryview(b"p" * 100)], fds=[fd] if i % 3 == 2 else [])
+        finally:
+            os.close(fd)
+    for i in range(20):
+        header, _, fds = right.receive()
+        assert header["i"] == i
+        assert len(fds) == (1 if i % 3 == 2 else 0)
+        for fd in fds:
+            os.close(fd)

@@ -2,9 +2,9 @@
 
 Why not grpc.aio: on this project's 2-core test machine, grpc's synchronous server answers
 a fixed ModelInfer response for about 110-150 µs of CPU per call against about 200 µs for
-grpc.aio, and a handler running on a thread of its own can hand an inference straight to
-the model instance's thread (``InferenceServer.infer_blocking``) instead of going through
-the event loop twice. benchmarks/README.md has the figures.
+grpc.aio, and a handler running on a thread of its own submits an inference and waits on
+its future (``InferenceServer.infer``) without going through the event loop twice.
+benchmarks/README.md has the figures.
 
 Each call in progress holds a thread of the pool, and each open ``ModelStreamInfer`` holds
 one for as long as it is open, so the pool is large: threads are made only when every

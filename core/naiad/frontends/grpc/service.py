@@ -1,9 +1,11 @@
 """Triton's ``inference.GRPCInferenceService`` over the protocol-free core.
 
 The servicer's methods are called on the gRPC server's threads (see :mod:`.listener`). A
-``ModelInfer`` stays there and goes straight to the model through
-:meth:`InferenceServer.infer_blocking`; every other RPC is a coroutine run on the event
-loop (:func:`_on_loop`), which owns the model repository.
+``ModelInfer`` stays there: :meth:`InferenceServer.infer` hands the request to the model's
+scheduler and the handler thread waits on the future it returns (a client that cancels,
+or whose deadline passes, cancels that future when the scheduler holds requests).
+``ModelStreamInfer`` does the same for each request of the stream. Every other RPC is a
+coroutine run on the event loop (:func:`_on_loop`), which owns the model repository.
 
 Every RPC turns an :class:`InferenceServerError` into the gRPC status that
 :func:`naiad.errors.grpc_status` maps it to, with the error's message; anything else
@@ -25,6 +27,7 @@ import queue
 import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import CancelledError, Future
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import grpc
@@ -36,12 +39,15 @@ from naiad.errors import InferenceServerError, grpc_status, invalid_arg, unsuppo
 from naiad.frontends.forwarding import header_forwarder
 from naiad.frontends.grpc.codec import (
     ResponseEncoder,
+    ShmTargets,
     decode_request,
     params_to_dict,
     stream_error,
     stream_response,
 )
 from naiad.frontends.restrictions import GRPCRequirement, Restriction, grpc_requirements
+from naiad.server import answer
+from naiad.types import InferenceRequest, InferenceResponse
 
 if TYPE_CHECKING:
     from naiad.server import InferenceServer
@@ -74,6 +80,18 @@ def _on_loop(method: F) -> F:
                                      f"{type(exc).__name__}: {exc}")
 
     return wrapper  # type: ignore[return-value]
+
+
+@dataclass(slots=True)
+class _Streamed:
+    """One request of a ``ModelStreamInfer`` stream on its way: submitted (``future``), or
+    refused at once (``error``)."""
+
+    message: Any  # the ModelInferRequest, for its model name and id
+    request: InferenceRequest | None = None
+    to_shm: ShmTargets | None = None
+    future: Future[InferenceResponse] | None = None
+    error: str = ""
 
 
 def _guard(method: Callable[..., Any], requirement: GRPCRequirement) -> Callable[..., Any]:
@@ -135,7 +153,12 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
             if self.forwarder is not None:
                 infer_request.parameters.update(
                     self.forwarder.from_grpc(context.invocation_metadata()))
-            response = server.infer_blocking(model, infer_request, context.add_callback)
+            future = server.infer(model, infer_request)
+            # gRPC calls it on cancel or deadline, and once the call is over (then it is a
+            # no-op); False: the call is over already.
+            if model.scheduler.holds_requests and not context.add_callback(future.cancel):
+                future.cancel()
+            response = answer(infer_request, future.result())
             return self.encoder.encode(infer_request, response, to_shm)
         except InferenceServerError as err:
             context.abort(grpc_status(err), err.message)
@@ -148,59 +171,74 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
                                      f"{type(exc).__name__}: {exc}")
         raise AssertionError("unreachable: context.abort raises")
 
-    async def _stream_one(self, request: Any, forwarded: dict[str, str] | None) -> bytes:
-        server = self.server
-        try:
-            model = server.model(request.model_name, request.model_version)
-            infer_request, to_shm = decode_request(model.name, model.version, request,
-                                                   self.shm)
-            if forwarded:
-                infer_request.parameters.update(forwarded)
-            response = await server.infer(model, infer_request)
-            return stream_response(self.encoder.encode(infer_request, response, to_shm))
-        except InferenceServerError as err:
-            message = err.message
-        except Exception as exc:
-            log.exception("gRPC stream inference on model '%s' failed", request.model_name)
-            message = (f"model '{request.model_name}': internal error: "
-                       f"{type(exc).__name__}: {exc}")
-        return stream_error(message, request.id)
-
     def ModelStreamInfer(self, request_iterator: Iterator[Any],
                          context: grpc.ServicerContext) -> Iterator[bytes]:
         # Yields serialized ModelStreamInferResponses. Requests of one stream run
-        # concurrently on the event loop; a reader thread takes them off the stream while
-        # this generator sends the answers, in request order.
-        answers: queue.SimpleQueue[Future[bytes] | None] = queue.SimpleQueue()
+        # concurrently: a reader thread takes them off the stream and submits each, while
+        # this generator waits for their answers and sends them, in request order.
+        answers: queue.SimpleQueue[_Streamed | None] = queue.SimpleQueue()
         # The stream's metadata comes once, with the call: every request of it gets it.
         forwarded = (None if self.forwarder is None
                      else self.forwarder.from_grpc(context.invocation_metadata()))
         threading.Thread(target=self._read_stream, args=(request_iterator, answers, forwarded),
                          name="naiad-grpc-stream", daemon=True).start()
         try:
-            while (answer := answers.get()) is not None:
-                yield answer.result()
+            while (streamed := answers.get()) is not None:
+                yield self._stream_answer(streamed)
         finally:
-            # The stream ended or broke: nobody will read what is still running.
+            # The stream ended or broke: nobody will read what is still queued or running.
             while True:
                 try:
-                    answer = answers.get_nowait()
+                    streamed = answers.get_nowait()
                 except queue.Empty:
                     break
-                if answer is not None:
-                    answer.cancel()
+                if streamed is not None and streamed.future is not None:
+                    streamed.future.cancel()
 
-    def _read_stream(self, requests: Iterator[Any],
-                     answers: queue.SimpleQueue[Future[bytes] | None],
+    def _read_stream(self, requests: Iterator[Any], answers: queue.SimpleQueue[_Streamed | None],
                      forwarded: dict[str, str] | None) -> None:
         try:
             for request in requests:
-                answers.put(asyncio.run_coroutine_threadsafe(
-                    self._stream_one(request, forwarded), self.loop))
+                answers.put(self._stream_submit(request, forwarded))
         except grpc.RpcError:
             pass  # the client cancelled or the call ended: gRPC ends the stream
         finally:
             answers.put(None)
+
+    def _stream_submit(self, request: Any, forwarded: dict[str, str] | None) -> _Streamed:
+        server = self.server
+        streamed = _Streamed(request)
+        try:
+            model = server.model(request.model_name, request.model_version)
+            streamed.request, streamed.to_shm = decode_request(model.name, model.version,
+                                                               request, self.shm)
+            if forwarded:
+                streamed.request.parameters.update(forwarded)
+            streamed.future = server.infer(model, streamed.request)
+        except InferenceServerError as err:
+            streamed.error = err.message
+        except Exception as exc:
+            log.exception("gRPC stream inference on model '%s' failed", request.model_name)
+            streamed.error = (f"model '{request.model_name}': internal error: "
+                              f"{type(exc).__name__}: {exc}")
+        return streamed
+
+    def _stream_answer(self, streamed: _Streamed) -> bytes:
+        message = streamed.error
+        if streamed.future is not None:
+            assert streamed.request is not None
+            try:
+                response = answer(streamed.request, streamed.future.result())
+                return stream_response(self.encoder.encode(streamed.request, response,
+                                                           streamed.to_shm))
+            except InferenceServerError as err:
+                message = err.message
+            except Exception as exc:
+                log.exception("gRPC stream inference on model '%s' failed",
+                              streamed.message.model_name)
+                message = (f"model '{streamed.message.model_name}': internal error: "
+                           f"{type(exc).__name__}: {exc}")
+        return stream_error(message, streamed.message.id)
 
     # --- health and metadata ------------------------------------------------------------
 

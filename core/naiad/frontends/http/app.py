@@ -1,7 +1,9 @@
 """The HTTP/REST frontend: Triton's V2 endpoints as one ASGI application.
 
 ``POST .../infer`` is matched by hand before Starlette's router: it is the one path whose
-per-request cost decides throughput. Every other endpoint is an ordinary Starlette route.
+per-request cost decides throughput. It awaits the future :meth:`InferenceServer.infer`
+returns through a :class:`naiad.futures.LoopWaiter` (one loop wake-up for answers that
+finish together). Every other endpoint is an ordinary Starlette route.
 
 Endpoint restrictions (``--http-restricted-api``) are resolved once, when the application
 is built: a route of a restricted API group checks the header before anything else (even
@@ -13,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+from concurrent.futures import Future
 from typing import Any
 
 import orjson
@@ -34,9 +37,9 @@ from naiad.frontends.restrictions import (
     Restriction,
     http_requirements,
 )
-from naiad.models.manager import ModelVersion
-from naiad.server import InferenceServer
-from naiad.types import InferenceRequest, InferenceResponse
+from naiad.futures import LoopWaiter
+from naiad.server import InferenceServer, answer
+from naiad.types import InferenceResponse
 
 log = logging.getLogger("naiad.http")
 
@@ -59,13 +62,11 @@ async def _http_exception(request: Request, exc: Exception) -> Response:
                     headers=exc.headers)
 
 
-async def _infer_while_connected(server: InferenceServer, model: ModelVersion,
-                                 request: InferenceRequest, receive: Any
-                                 ) -> InferenceResponse | None:
-    """``server.infer``, cancelled if the client disconnects first (then None): a request
-    still queued is dropped and never executes."""
-    task = asyncio.current_task()
-    assert task is not None
+async def _wait_while_connected(waiter: LoopWaiter, future: Future[InferenceResponse],
+                                receive: Any) -> InferenceResponse | None:
+    """``future``'s response, or None once the client disconnects: the future is then
+    cancelled, so a request still queued is withdrawn and never executes."""
+    pending = waiter.wait(future)
     gone = False
 
     async def watch() -> None:
@@ -74,15 +75,16 @@ async def _infer_while_connected(server: InferenceServer, model: ModelVersion,
         while (await receive())["type"] != "http.disconnect":
             pass
         gone = True
-        task.cancel()
+        future.cancel()
+        pending.cancel()  # a request already running finishes unread
 
     watcher = asyncio.ensure_future(watch())
     try:
-        return await server.infer(model, request)
+        return await pending
     except asyncio.CancelledError:
         if gone:
-            task.uncancel()
             return None
+        future.cancel()  # this task was cancelled: nobody waits for the request any more
         raise
     finally:
         watcher.cancel()
@@ -136,6 +138,8 @@ class HTTPFrontend:
             # plain hot path.
             guarded = functools.partial(self._restricted_infer, inference)
             self._infer = guarded  # type: ignore[method-assign]
+        # Awaits the futures of inferences on the loop this app runs on (made there).
+        self._waiter: LoopWaiter | None = None
         self.router = Starlette(routes=self._routes(),
                                 exception_handlers={HTTPException: _http_exception})
 
@@ -185,14 +189,18 @@ class HTTPFrontend:
                                      server.shared_memory)
             if self.forwarder is not None:
                 request.parameters.update(self.forwarder.from_http(scope["headers"]))
+            future = server.infer(model, request)
+            waiter = self._waiter
+            if waiter is None or waiter.loop is not asyncio.get_running_loop():
+                waiter = self._waiter = LoopWaiter(asyncio.get_running_loop())
             if model.scheduler.holds_requests:
-                response = await _infer_while_connected(server, model, request, receive)
+                response = await _wait_while_connected(waiter, future, receive)
                 if response is None:
                     return  # the client hung up; there is nobody to answer
             else:
-                response = await server.infer(model, request)
-            payload, json_length = encode_response(request, response, model.version,
-                                                   server.shared_memory)
+                response = await waiter.wait(future)
+            payload, json_length = encode_response(request, answer(request, response),
+                                                   model.version, server.shared_memory)
         except InferenceServerError as exc:
             await _send(send, http_status(exc), error_body(exc.message), None, None)
             return

@@ -1,14 +1,17 @@
 """A model instance whose model runs in a worker process, supervised.
 
-``execute`` runs on the instance's thread in the server (the core's one thread per instance):
-it sends the batch to the worker and waits for the answer, so N instances are N processes
-running at once, each with its own GIL. A watcher thread per instance waits for the worker
-to end. When it ends while the instance is serving (killed, segfault, ``os._exit``, out of
-memory), the batch in flight fails at once with UNAVAILABLE naming the model and how the
-worker ended, the instance reads not ready, and the watcher starts a new worker (and runs
-``initialize`` again) after a delay that doubles with each quick crash. Ending an instance
-(unload, shutdown) runs ``finalize`` and never restarts it; :meth:`abort` kills the worker
-at once (shutdown past ``--exit-timeout-secs``).
+The core hands batches over with ``execute_async`` from whichever thread submits them (the
+event loop, a gRPC thread, a batcher): they go to the worker at once and a reader thread
+completes them (``channel.py``); N instances are N processes running at once, each with its
+own GIL. ``execute`` (the same, waited for) serves callers that want an answer on the spot.
+
+A watcher thread per instance waits for the worker to end. When it ends while the instance
+is serving (killed, segfault, ``os._exit``, out of memory), the batches in flight fail at
+once with UNAVAILABLE naming the model and how the worker ended, the instance reads not
+ready, and the watcher starts a new worker (and runs ``initialize`` again) after a delay
+that doubles with each quick crash. Ending an instance (unload, shutdown) runs ``finalize``
+and never restarts it; :meth:`abort` kills the worker at once (shutdown past
+``--exit-timeout-secs``).
 """
 
 from __future__ import annotations
@@ -41,6 +44,9 @@ EXIT_STATUS_WAIT_S = 1.0
 
 class IsolatedInstance(ModelInstance):
     """One model instance in a supervised worker process."""
+
+    # Batches go to the worker from the thread that submits them (see channel.py).
+    asynchronous = True
 
     def __init__(self, launch: Launch, init: dict, model_name: str, instance_name: str,
                  settings: PythonBackendSettings) -> None:

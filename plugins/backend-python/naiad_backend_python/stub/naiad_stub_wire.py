@@ -265,12 +265,15 @@ class Connection:
         self._view = memoryview(self._buffer)
         self._start = 0  # unread bytes are self._buffer[self._start:self._end]
         self._end = 0
+        self._fds: list[int] = []  # descriptors received and not yet taken by a message
 
     def fileno(self) -> int:
         return self.sock.fileno()
 
     def send(self, header: dict, buffers: Sequence[memoryview] = (),
              fds: Sequence[int] = ()) -> None:
+        if fds:  # the receiver takes this many of the descriptors that came in order
+            header = dict(header, fds=len(fds))
         head = json.dumps(header, separators=(",", ":")).encode("utf-8")
         payload_size = 0
         for buffer in buffers:
@@ -303,8 +306,10 @@ class Connection:
 
         Reads go into a buffer of ``RECEIVE_BUFFER_BYTES``, so a small message (most are)
         takes one system call; the payload gets a buffer of its own, since the tensors in it
-        are handed on as views."""
-        fds: list[int] = []
+        are handed on as views. Descriptors arrive with the first byte of their message,
+        which one read may take together with the end of the message before: they queue
+        here, and a message takes as many as its header's ``fds`` says."""
+        fds = self._fds
         self._fill(_PREFIX.size, fds)
         head_size, payload_size = _PREFIX.unpack_from(self._buffer, self._start)
         if head_size > MAX_HEADER_BYTES:
@@ -313,7 +318,12 @@ class Connection:
         self._start += _PREFIX.size
         header = json.loads(self._take(head_size, fds))
         payload = self._take(payload_size, fds) if payload_size else bytearray()
-        return header, memoryview(payload), fds
+        count = header.get("fds", 0) if type(header) is dict else 0
+        if count > len(fds):
+            raise ValueError(f"a message announces {count} descriptors, {len(fds)} arrived")
+        mine = fds[:count]
+        del fds[:count]
+        return header, memoryview(payload), mine
 
     def _take(self, size: int, fds: list[int]) -> bytearray:
         """The next ``size`` bytes of the stream, in a bytearray of their own."""
@@ -351,6 +361,7 @@ class Connection:
         if received == 0:
             for fd in fds:
                 os.close(fd)
+            fds.clear()
             raise PeerGone("the other end of the worker socket closed it")
         return received
 
