@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 if TYPE_CHECKING:
+    import asyncio
+
     from tritonclient.grpc.model_config_pb2 import ModelConfig
 
     from naiad.errors import InferenceServerError
@@ -90,6 +92,10 @@ class ModelContext:
     repository: Path
     # --backend-config values for this backend (KEY=VALUE pairs).
     backend_config: dict[str, str]
+    #: The server's event loop. An asynchronous instance may wait for its I/O there (the
+    #: Python backend reads its worker processes' answers on it); never run model code on
+    #: it. None outside a server (a backend called directly, in a test).
+    loop: asyncio.AbstractEventLoop | None = None
 
 
 @dataclass(slots=True, frozen=True)

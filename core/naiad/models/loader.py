@@ -29,6 +29,7 @@ async def load_version(backend: Backend, name: str, version: int, path: Path,
         version_dir=path / str(version),
         repository=path.parent,
         backend_config=backend_config,
+        loop=asyncio.get_running_loop(),
     )
     samples = warmup_samples(name, version, config, path)
     workers = [InstanceWorker(info, name) for info in instances]

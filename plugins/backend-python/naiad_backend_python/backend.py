@@ -126,7 +126,7 @@ class PythonBackend(Backend):
             return InProcessInstance(str(model_file), args, outputs)
         init = {"op": "init", "model_file": str(model_file), "args": args, "outputs": outputs}
         return IsolatedInstance(self._launch(name, context.model_dir, config), init, name,
-                                instance.name, self.settings)
+                                instance.name, self.settings, context.loop)
 
     def _launch(self, model_name: str, model_dir: Path, config: ModelConfig) -> Launch:
         """The interpreter and environment a worker of this model starts with."""

@@ -4,9 +4,14 @@ each answered with its own outputs."""
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
+import threading
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
+import pytest
 from backend_python_helpers import context_for, instance_info, request, write_model
 
 from naiad_backend_python import PythonBackend
@@ -30,12 +35,29 @@ class TritonPythonModel:
 """
 
 
-def test_concurrent_batches_of_every_size_get_their_own_answers(tmp_path):
+@pytest.fixture(params=["reader thread", "event loop"])
+def loop(request: pytest.FixtureRequest) -> Iterator[asyncio.AbstractEventLoop | None]:
+    """Where the answers are read: a thread of the channel's own, or a running event loop
+    (as in the server; sends then never block, what the socket cannot take is queued)."""
+    if request.param == "reader thread":
+        yield None
+        return
+    running = asyncio.new_event_loop()
+    thread = threading.Thread(target=running.run_forever, daemon=True)
+    thread.start()
+    yield running
+    running.call_soon_threadsafe(running.stop)
+    thread.join(10)
+    running.close()
+
+
+def test_concurrent_batches_of_every_size_get_their_own_answers(tmp_path, loop):
     model_dir = write_model(tmp_path, "echo", IDENTITY_PY, IDENTITY_CONFIG)
     # A small region, so that large batches grow it, overflow it and wait for it.
     backend = PythonBackend({"shm-default-byte-size": "65536", "shm-growth-byte-size": "65536",
                              "shm-max-byte-size": "1048576"})
-    instance = backend.create_instance(context_for(model_dir), instance_info("echo"))
+    context = dataclasses.replace(context_for(model_dir), loop=loop)
+    instance = backend.create_instance(context, instance_info("echo"))
     sizes = [4, 100, 20_000, 70_000, 300_000]  # elements: inline, region, past the region
 
     def one(i: int) -> bool:

@@ -3,8 +3,9 @@ shared memory region.
 
 Batches are sent from whichever thread submits them and several may be in flight: the
 worker takes them in order, and while it executes one the next is already waiting in its
-socket, so neither side idles while the other encodes. A reader thread per worker takes the
-answers and completes each batch's callback. A batch whose tensors total at least
+socket, so neither side idles while the other encodes. The answers are read on the server's
+event loop (``transport.py``), which completes each batch's callback, or, outside a server,
+by a reader thread. A batch whose tensors total at least
 ``shm-inline-max-byte-size`` goes through the region, one such batch at a time (the region
 holds one batch's inputs and outputs); smaller ones travel inside their message, where the
 worker reads them as views of the received bytes, no copy either.
@@ -12,6 +13,7 @@ worker reads them as views of the received bytes, no copy either.
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import logging
 import os
@@ -21,6 +23,7 @@ from typing import Any, NamedTuple
 
 from naiad.errors import InferenceServerError, Status
 from naiad.types import InferenceRequest, InferenceResponse, Tensor
+from naiad_backend_python.isolated.transport import LoopTransport
 from naiad_backend_python.stub import naiad_stub_wire as wire
 
 log = logging.getLogger("naiad.backend.python")
@@ -93,6 +96,10 @@ class WorkerChannel:
         self._finalized = threading.Event()
         self._finalize_reply: dict = {}
         self._reader: threading.Thread | None = None
+        self._transport: LoopTransport | None = None
+        # How batches are sent once reading started: the blocking connection's send (with a
+        # reader thread) or the loop transport's (never blocks).
+        self._send_frame: Callable[..., None] | None = None
 
     # --- one question, one answer (starting the worker, auto-complete) ------------------
 
@@ -113,10 +120,21 @@ class WorkerChannel:
 
     # --- batches ------------------------------------------------------------------------
 
-    def start_reading(self) -> None:
-        self._reader = threading.Thread(target=self._read, daemon=True,
-                                        name=f"naiad-read-{self.instance_name}")
-        self._reader.start()
+    def start_reading(self, loop: asyncio.AbstractEventLoop | None) -> None:
+        """From now on, answers are read on ``loop`` (``transport.py``), or by a thread of
+        this channel's own when there is no loop (a backend used outside a server)."""
+        if loop is None:
+            self._send_frame = self.connection.send
+            self._reader = threading.Thread(target=self._read, daemon=True,
+                                            name=f"naiad-read-{self.instance_name}")
+            self._reader.start()
+            return
+        buffered, fds = self.connection.detach()
+        transport = LoopTransport(self.connection.sock, loop, self._handle, self._ended,
+                                  buffered, fds)
+        self._transport = transport
+        self._send_frame = transport.send
+        transport.start()
 
     @property
     def in_flight(self) -> int:
@@ -185,7 +203,8 @@ class WorkerChannel:
                                       "out": packer.offset if region is not None else None}
             if fds and region is not None:
                 header["region_size"] = region.size
-            self.connection.send(header, packer.payload, fds)
+            assert self._send_frame is not None, "submit before start_reading"
+            self._send_frame(header, packer.payload, fds)
         except (wire.PeerGone, OSError):
             pass  # the reader sees the end of the stream and fails what is pending
         finally:
@@ -238,19 +257,31 @@ class WorkerChannel:
     def _read(self) -> None:
         try:
             while True:
-                reply, payload, fds = self.connection.receive()
-                for fd in fds:
-                    os.close(fd)
-                op = reply.get("op")
-                if op == "result":
-                    self._finished(reply, payload)
-                elif op == "log":
-                    self._log(reply)
-                elif op == "finalized":
-                    self._finalize_reply = reply
-                    self._finalized.set()
+                self._handle(*self.connection.receive())
         except (wire.PeerGone, OSError, ValueError):
             pass
+        self._fail_pending()
+
+    def _handle(self, reply: dict, payload: memoryview, fds: list[int]) -> None:
+        """One message from the worker (on the reader thread or the loop)."""
+        for fd in fds:  # the worker never sends descriptors
+            os.close(fd)
+        op = reply.get("op")
+        if op == "result":
+            self._finished(reply, payload)
+        elif op == "log":
+            self._log(reply)
+        elif op == "finalized":
+            self._finalize_reply = reply
+            self._finalized.set()
+
+    def _ended(self) -> None:
+        """On the loop: the stream ended. Failing the batches may wait for the process's
+        exit status, which the loop must not: a thread does it."""
+        threading.Thread(target=self._fail_pending, daemon=True,
+                         name=f"naiad-ended-{self.instance_name}").start()
+
+    def _fail_pending(self) -> None:
         with self._lock:
             self._gone = True
             failed = [p.done for p in self._pending.values()] + [b.done for b in self._waiting]
@@ -324,14 +355,13 @@ class WorkerChannel:
     def finalize(self, timeout_s: float) -> dict | None:
         """Ask the worker to run ``finalize`` and exit; its answer, or None when it did not
         answer within ``timeout_s`` (or had ended)."""
-        if self._reader is None:
+        if self._send_frame is None:  # never read: nothing is in flight
             try:
                 return self.call({"op": "finalize"})
             except WorkerDied:
                 return None
         try:
-            with self._lock:
-                self.connection.send({"op": "finalize"})
+            self._send_frame({"op": "finalize"})
         except (wire.PeerGone, OSError):
             return None
         if not self._finalized.wait(timeout_s):
@@ -342,6 +372,8 @@ class WorkerChannel:
         """Release the socket and the region (the process has ended)."""
         if self._reader is not None:
             self._reader.join()
+        if self._transport is not None:
+            self._transport.close()
         self.connection.close()
         if self.region is not None:
             self.region.close()

@@ -16,6 +16,7 @@ and never restarts it; :meth:`abort` kills the worker at once (shutdown past
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 import time
@@ -49,10 +50,13 @@ class IsolatedInstance(ModelInstance):
     asynchronous = True
 
     def __init__(self, launch: Launch, init: dict, model_name: str, instance_name: str,
-                 settings: PythonBackendSettings) -> None:
+                 settings: PythonBackendSettings,
+                 loop: asyncio.AbstractEventLoop | None = None) -> None:
         """Start the worker and initialize the model in it. Raises
-        :class:`InferenceServerError` (UNAVAILABLE) when either fails."""
+        :class:`InferenceServerError` (UNAVAILABLE) when either fails. ``loop``: the
+        server's event loop, where the worker's answers are read (else a thread reads)."""
         self.launch = launch
+        self.loop = loop
         self.init_message = init
         self.model_name = model_name
         self.instance_name = instance_name
@@ -160,7 +164,7 @@ class IsolatedInstance(ModelInstance):
         log.info("model '%s' instance '%s': worker process %d runs Python %s (%s)",
                  self.model_name, self.instance_name, worker.pid, reply.get("python_version"),
                  reply.get("python"))
-        worker.channel.start_reading()
+        worker.channel.start_reading(self.loop)
         return worker
 
     def _watch(self) -> None:

@@ -32,7 +32,7 @@ import socket
 import struct
 import threading
 from collections.abc import Sequence
-from typing import Any, List
+from typing import Any, List, Tuple
 
 import numpy as np
 
@@ -251,7 +251,45 @@ def unpack(descriptor: Descriptor, region: Region | None, payload: Any,
     return name, datatype, (array.copy() if copy else array)
 
 
-# --- frames -----------------------------------------------------------------------------
+# --- frames ---------------------------------------------------------------------------
+
+PREFIX_SIZE = _PREFIX.size
+ANCILLARY_SPACE = _ANCILLARY
+
+
+def frame_parts(header: dict, buffers: Sequence[memoryview] = (),
+                fds: Sequence[int] = ()) -> List[Any]:
+    """The pieces of one frame, to write in order (``sendmsg``). A frame that carries
+    descriptors says how many in its header: the receiver takes that many of those that
+    arrived, in order (they come with the frame's first byte, which one read may take
+    together with the end of the frame before)."""
+    if fds:
+        header = dict(header, fds=len(fds))
+    head = json.dumps(header, separators=(",", ":")).encode("utf-8")
+    payload_size = 0
+    for buffer in buffers:
+        payload_size += len(buffer)
+    parts: List[Any] = [_PREFIX.pack(len(head), payload_size), head]
+    parts.extend(buffers)
+    return parts
+
+
+def unpack_prefix(data: Any, offset: int) -> Tuple[int, int]:
+    """(header size, payload size) of the frame starting at ``offset``."""
+    return _PREFIX.unpack_from(data, offset)
+
+
+def fd_array(fds: Sequence[int]) -> array.array:
+    return array.array("i", fds)
+
+
+def fds_from(ancillary: Sequence[Tuple[int, int, bytes]]) -> List[int]:
+    """The descriptors in ``recvmsg``'s ancillary data."""
+    fds: List[int] = []
+    for level, kind, data in ancillary:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            fds.extend(array.array("i", data[:len(data) - len(data) % 4]))
+    return fds
 
 
 class Connection:
@@ -272,20 +310,12 @@ class Connection:
 
     def send(self, header: dict, buffers: Sequence[memoryview] = (),
              fds: Sequence[int] = ()) -> None:
-        if fds:  # the receiver takes this many of the descriptors that came in order
-            header = dict(header, fds=len(fds))
-        head = json.dumps(header, separators=(",", ":")).encode("utf-8")
-        payload_size = 0
-        for buffer in buffers:
-            payload_size += len(buffer)
-        parts = [_PREFIX.pack(len(head), payload_size), head]
-        parts.extend(buffers)
-        ancillary = ([(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))]
-                     if fds else [])
+        parts = frame_parts(header, buffers, fds)
+        ancillary = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, fd_array(fds))] if fds else []
+        total = sum(len(part) for part in parts)
         with self._send_lock:
             try:
                 sent = self.sock.sendmsg(parts, ancillary)
-                total = len(parts[0]) + len(head) + payload_size
                 if sent < total:  # a partial write: the rest goes without descriptors
                     self._send_rest(parts, sent)
             except (BrokenPipeError, ConnectionResetError) as exc:
@@ -355,15 +385,21 @@ class Connection:
 
     def _recv(self, view: memoryview, fds: list[int]) -> int:
         received, ancillary, _flags, _address = self.sock.recvmsg_into([view], _ANCILLARY)
-        for level, kind, data in ancillary:
-            if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
-                fds.extend(array.array("i", data[:len(data) - len(data) % 4]))
+        fds.extend(fds_from(ancillary))
         if received == 0:
             for fd in fds:
                 os.close(fd)
             fds.clear()
             raise PeerGone("the other end of the worker socket closed it")
         return received
+
+    def detach(self) -> Tuple[bytes, List[int]]:
+        """What was read and not yet taken by a message (bytes and descriptors), for
+        whoever reads this socket next."""
+        left = bytes(self._view[self._start:self._end])
+        fds, self._fds = self._fds, []
+        self._start = self._end = 0
+        return left, fds
 
     def close(self) -> None:
         self.sock.close()
