@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import threading
+import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 
@@ -73,3 +74,42 @@ def test_concurrent_batches_of_every_size_get_their_own_answers(tmp_path, loop):
         assert instance.in_flight == 0
     finally:
         instance.close()
+
+
+def test_a_stray_or_broken_answer_is_logged_and_the_channel_keeps_reading(caplog):
+    """A worker speaking out of turn (an answer to no batch, an answer that cannot be read)
+    loses only that message: later batches are still answered."""
+    import socket
+
+    from naiad.errors import InferenceServerError
+    from naiad_backend_python.isolated.channel import RegionPolicy, WorkerChannel
+    from naiad_backend_python.stub import naiad_stub_wire as wire
+
+    server_end, worker_end = socket.socketpair()
+    channel = WorkerChannel(wire.Connection(server_end), "m", "m_0",
+                            RegionPolicy("/nonexistent", 0, 1, 0, 1 << 20))
+    worker = wire.Connection(worker_end)
+    channel.start_reading(None)
+    results: list[object] = []
+    try:
+        channel.submit([request("m", {"INPUT0": np.ones(2, np.float32)})], results.append)
+        header, _, _ = worker.receive()
+        worker.send({"op": "result", "id": 12345, "responses": []})  # no such batch
+        worker.send({"op": "result", "id": header["id"], "responses": [  # unreadable
+            {"outputs": [["OUT", "FP32", [2], "p", 0, 8]], "error": None}]})
+        channel.submit([request("m", {"INPUT0": np.ones(2, np.float32)})], results.append)
+        header, _, _ = worker.receive()
+        out = np.arange(2, dtype=np.float32)
+        worker.send({"op": "result", "id": header["id"], "responses": [
+            {"outputs": [["OUT", "FP32", [2], "p", 0, 8]], "error": None}]},
+            [memoryview(out.view(np.uint8))])
+        deadline = time.monotonic() + 10
+        while len(results) < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        broken, good = results
+        assert isinstance(broken, InferenceServerError) and "unreadable answer" in broken.message
+        np.testing.assert_array_equal(good[0].outputs[0].data, out)
+        assert "not in flight" in caplog.text
+    finally:
+        worker.close()
+        channel.close()

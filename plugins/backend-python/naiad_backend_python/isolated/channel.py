@@ -257,7 +257,12 @@ class WorkerChannel:
     def _read(self) -> None:
         try:
             while True:
-                self._handle(*self.connection.receive())
+                message = self.connection.receive()
+                try:
+                    self._handle(*message)
+                except Exception:  # the reader must outlive a broken message or callback
+                    log.exception("model '%s' instance '%s': handling a message from the "
+                                  "worker failed", self.model_name, self.instance_name)
         except (wire.PeerGone, OSError, ValueError):
             pass
         self._fail_pending()
@@ -293,7 +298,12 @@ class WorkerChannel:
 
     def _finished(self, reply: dict, payload: memoryview) -> None:
         with self._lock:
-            pending = self._pending.pop(reply["id"])
+            pending = self._pending.pop(reply.get("id"), None)  # type: ignore[arg-type]
+        if pending is None:
+            log.error("model '%s' instance '%s': the worker answered batch %r, which is not "
+                      "in flight; ignored", self.model_name, self.instance_name,
+                      reply.get("id"))
+            return
         region = pending.region
         try:
             result: Any = self._responses(reply, payload, region)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import json
+import logging
 import os
 import socket
 import threading
@@ -20,6 +21,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from naiad_backend_python.stub import naiad_stub_wire as wire
+
+log = logging.getLogger("naiad.backend.python")
 
 # Bytes read per readable event; the loop calls again while more is there.
 READ_CHUNK_BYTES = 64 * 1024
@@ -153,7 +156,10 @@ class LoopTransport:
             position = end
             count = header.get("fds", 0)
             fds, self._fds = self._fds[:count], self._fds[count:]
-            self.on_frame(header, memoryview(payload), fds)
+            try:
+                self.on_frame(header, memoryview(payload), fds)
+            except Exception:  # the frame is consumed whatever its handler did
+                log.exception("handling a message from a worker process failed")
         if position:
             del data[:position]
 
