@@ -101,10 +101,14 @@ class InstanceWorker:
         starts means it never runs. A closing instance answers at once: every request
         fails with UNAVAILABLE (the future is already done when it comes back)."""
         future: Future[Execution] = LightFuture()
-        with self._closing:
+        closing = self._closing
+        closing.acquire()  # not ``with``: half the cost, on every batch
+        try:
             if not self._closed:
                 self._jobs.put(_Batch(future, requests))
                 return future
+        finally:
+            closing.release()
         future.set_result(self._refused(requests))
         return future
 
