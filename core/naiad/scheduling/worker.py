@@ -26,13 +26,15 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar, overload
 
 from naiad.errors import InferenceServerError, Status
 from naiad.futures import LightFuture
 from naiad.types import InferenceRequest, InferenceResponse, InstanceInfo, ModelInstance
 
 log = logging.getLogger("naiad.scheduling")
+
+R = TypeVar("R")
 
 
 class Execution(NamedTuple):
@@ -47,10 +49,11 @@ class Execution(NamedTuple):
 
 
 class _Batch(NamedTuple):
-    """One execution to run; ``future`` gets its :class:`Execution`."""
+    """One execution to run; ``future`` gets its :class:`Execution`, or ``then`` of it."""
 
-    future: Future[Execution]
+    future: Future[Any]
     requests: Sequence[InferenceRequest]
+    then: Callable[[Execution], Any] | None
 
 
 class _Call(NamedTuple):
@@ -94,22 +97,33 @@ class InstanceWorker:
         """Jobs submitted and not yet finished (the one running counts)."""
         return self._jobs.qsize() + self.running
 
-    def submit(self, requests: Sequence[InferenceRequest]) -> Future[Execution]:
-        """Queue one execution of ``requests`` on the instance; the future gets its
-        :class:`Execution` (never an exception) and runs its callbacks on the instance
-        thread, between executions: they must be short. ``cancel()`` before the execution
-        starts means it never runs. A closing instance answers at once: every request
-        fails with UNAVAILABLE (the future is already done when it comes back)."""
-        future: Future[Execution] = LightFuture()
+    @overload
+    def submit(self, requests: Sequence[InferenceRequest]) -> Future[Execution]: ...
+
+    @overload
+    def submit(self, requests: Sequence[InferenceRequest],
+               then: Callable[[Execution], R]) -> Future[R]: ...
+
+    def submit(self, requests: Sequence[InferenceRequest],
+               then: Callable[[Execution], Any] | None = None) -> Future[Any]:
+        """Queue one execution of ``requests`` on the instance. The future gets the
+        :class:`Execution` (never an exception), or ``then(execution)`` when ``then`` is
+        given: computed on the instance thread before the future completes (its exception,
+        if it raises), so a scheduler that answers one request per execution records it
+        and picks its response there without a second future. Done-callbacks run on the
+        instance thread, between executions: they must be short. ``cancel()`` before the
+        execution starts means it never runs. A closing instance answers at once: every
+        request fails with UNAVAILABLE (the future is done when it comes back)."""
+        future: Future[Any] = LightFuture()
         closing = self._closing
         closing.acquire()  # not ``with``: half the cost, on every batch
         try:
             if not self._closed:
-                self._jobs.put(_Batch(future, requests))
+                self._jobs.put(_Batch(future, requests, then))
                 return future
         finally:
             closing.release()
-        future.set_result(self._refused(requests))
+        _complete(future, self._refused(requests), then)
         return future
 
     def _refused(self, requests: Sequence[InferenceRequest]) -> Execution:
@@ -156,7 +170,7 @@ class InstanceWorker:
                 # Callbacks run here, and count as busy; concurrent.futures logs one that
                 # raises, and the thread goes on.
                 self.running = True
-                job.future.set_result(self._execute(job.requests))
+                _complete(job.future, self._execute(job.requests), job.then)
                 self.running = False
                 continue
             try:
@@ -186,3 +200,16 @@ class InstanceWorker:
                 f"{type(exc).__name__}: {exc}", Status.INTERNAL)
             responses = [InferenceResponse(error=error) for _ in requests]
         return Execution(responses, failed, start, time.perf_counter_ns())
+
+
+def _complete(future: Future[Any], execution: Execution,
+              then: Callable[[Execution], Any] | None) -> None:
+    if then is None:
+        future.set_result(execution)
+        return
+    try:
+        value = then(execution)
+    except BaseException as exc:  # the future carries it; the thread goes on
+        future.set_exception(exc)
+    else:
+        future.set_result(value)
