@@ -241,8 +241,10 @@ class InferenceServer:
             raise unavailable(_SHUTTING_DOWN)
         request.arrival_ns = request.arrival_ns or time.perf_counter_ns()
         model.signature.check(request)
-        with self._in_flight_lock:
-            self.in_flight += 1
+        lock = self._in_flight_lock
+        lock.acquire()  # not ``with``: half the cost, and this runs for every request
+        self.in_flight += 1
+        lock.release()
         if not self.accepting:  # shutdown began meanwhile (from another thread)
             self._leave()
             raise unavailable(_SHUTTING_DOWN)
@@ -252,7 +254,11 @@ class InferenceServer:
             self.in_flight -= 1
 
     def _left(self, _: Future[InferenceResponse]) -> None:
-        self._leave()
+        """A request's future is done, on whichever thread finished it."""
+        lock = self._in_flight_lock
+        lock.acquire()
+        self.in_flight -= 1
+        lock.release()
 
     # --- metadata -----------------------------------------------------------------------
 

@@ -152,6 +152,26 @@ def test_submit_executes_and_calls_back_on_the_instance_thread(loop):
         worker.stop()
 
 
+def test_then_turns_the_execution_into_the_futures_value_on_the_instance_thread(loop):
+    worker = worker_with(Doubling(), loop, "m_0")
+    try:
+        threads = worker.submit([one_row(2)], lambda execution: (
+            threading.current_thread().name, execution.responses[0].outputs[0].data.tolist()))
+        assert threads.result(WAIT_S) == ("naiad-m_0", [[4.0]])
+
+        def broken(execution: Any) -> None:
+            raise ValueError("then failed")
+
+        with pytest.raises(ValueError, match="then failed"):
+            worker.submit([one_row()], broken).result(WAIT_S)
+        assert not worker.submit([one_row()]).result(WAIT_S).failed  # the thread goes on
+    finally:
+        worker.stop()
+    # A closing instance refuses at once, and ``then`` sees the refusal.
+    refused = worker.submit([one_row()], lambda execution: execution.failed)
+    assert refused.done() and refused.result() is True
+
+
 def test_pending_and_busy_count_jobs_from_every_thread(loop):
     instance = Doubling()
     instance.gate.clear()
@@ -239,8 +259,9 @@ def test_default_scheduler_from_many_threads_answers_each_and_counts_each(loop):
     assert sum(i.executions for i in instances) == 200
 
 
-def test_the_default_scheduler_holds_no_request_to_cancel(loop):
-    # A queued request waits only for the instance, as in Triton: it runs.
+def test_the_default_scheduler_withdraws_a_request_still_queued_on_its_instance(loop):
+    # It holds no requests itself (the frontends do not cancel them), but its futures are
+    # the instance's: one still queued there can be withdrawn, one running cannot.
     instance = Doubling()
     instance.gate.clear()
     worker = worker_with(instance, loop)
@@ -250,12 +271,15 @@ def test_the_default_scheduler_holds_no_request_to_cancel(loop):
         assert instance.started.acquire(timeout=WAIT_S)
         second = scheduler.submit(request_of(np.ones(1, np.float32)))
         assert not scheduler.holds_requests
-        assert not second.cancel()
+        assert not first.cancel()
+        assert second.cancel()
         instance.gate.set()
-        assert first.result(WAIT_S).outputs and second.result(WAIT_S).outputs
+        assert first.result(WAIT_S).outputs
+        wait_until(lambda: worker.busy == 0)
     finally:
         worker.stop()
-    assert instance.executions == 2
+    assert instance.executions == 1
+    assert scheduler.stats.as_dict()["inference_stats"]["success"]["count"] == 1
 
 
 def held_batcher(loop: asyncio.AbstractEventLoop, config: str = "max_batch_size: 8 "

@@ -9,7 +9,6 @@ from functools import partial
 
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
-from naiad.futures import LightFuture
 from naiad.hookspecs import hookimpl
 from naiad.scheduling.base import Scheduler, SchedulerFactory, SchedulingContext
 from naiad.scheduling.worker import Execution, InstanceWorker
@@ -42,17 +41,13 @@ class DefaultScheduler(Scheduler):
         return workers[0] if len(workers) == 1 else min(workers, key=_busy)
 
     def submit(self, request: InferenceRequest) -> Future[InferenceResponse]:
-        # Nothing waits here: a submitted request runs (cancel() returns False), as in
-        # Triton's default scheduler.
-        answer: Future[InferenceResponse] = LightFuture(running=True)
-        self._worker().submit((request,)).add_done_callback(
-            partial(self._finished, request, answer))
-        return answer
+        # The instance's own future: cancel() withdraws the request while it waits in the
+        # instance's queue (the frontends do not: this scheduler holds no requests).
+        return self._worker().submit((request,), partial(self._finished, request))
 
-    def _finished(self, request: InferenceRequest, answer: Future[InferenceResponse],
-                  done: Future[Execution]) -> None:
-        """On the instance's thread, right after the request ran."""
-        execution = done.result()
+    def _finished(self, request: InferenceRequest, execution: Execution
+                  ) -> InferenceResponse:
+        """On the instance's thread, right after the request ran: record it, answer it."""
         finished = time.perf_counter_ns()
         start, end = execution.start_ns, execution.end_ns
         arrival = request.arrival_ns
@@ -63,7 +58,7 @@ class DefaultScheduler(Scheduler):
         self.stats.record_request(not execution.failed, batch, finished - arrival, queued, 0,
                                   end - start, finished - end)
         request.durations = (queued, 0, end - start, finished - end)
-        answer.set_result(execution.responses[0])
+        return execution.responses[0]
 
     def pending(self) -> int:
         return sum(w.pending for w in self.workers)
