@@ -64,7 +64,7 @@ class LightFuture(Future[T]):
     where the base class keeps its Condition, which ``wait`` and ``as_completed`` take),
     the done checks read the state without it (one attribute read, atomic under the GIL),
     and a thread that must wait sleeps on a second lock, made only then, which the
-    finisher releases once and each woken thread passes on.
+    finisher releases once, after the done-callbacks, and each woken thread passes on.
     """
 
     def __init__(self, running: bool = False) -> None:
@@ -96,9 +96,8 @@ class LightFuture(Future[T]):
             if state in _CANCELLED:
                 return True
             self._state = CANCELLED
-            if self._woken is not None:
-                self._woken.release()
         self._call_back()
+        self._wake()
         return True
 
     def result(self, timeout: float | None = None) -> T:
@@ -161,14 +160,13 @@ class LightFuture(Future[T]):
                 self._state = FINISHED
                 for waiter in self._waiters:
                     waiter.add_result(self)
-                if self._woken is not None:
-                    self._woken.release()
         finally:
             lock.release()
         if done_already:  # raised outside the lock: repr() takes it
             raise InvalidStateError(f"{self._state}: {self!r}")
         if self._done_callbacks:
             self._call_back()
+        self._wake()
 
     def set_exception(self, exception: BaseException | None) -> None:
         lock = self._condition
@@ -180,14 +178,13 @@ class LightFuture(Future[T]):
                 self._state = FINISHED
                 for waiter in self._waiters:
                     waiter.add_exception(self)
-                if self._woken is not None:
-                    self._woken.release()
         finally:
             lock.release()
         if done_already:
             raise InvalidStateError(f"{self._state}: {self!r}")
         if self._done_callbacks:
             self._call_back()
+        self._wake()
 
     def _call_back(self) -> None:
         """Run the done-callbacks, once (the future is done: later ones run at once)."""
@@ -197,6 +194,14 @@ class LightFuture(Future[T]):
                 callback(self)
             except Exception:  # as the base class: one broken callback stops nothing
                 LOGGER.exception("exception calling callback for %r", self)
+
+    def _wake(self) -> None:
+        """Wake the threads sleeping in result() or exception(), last of all: a thread
+        woken while this one still holds the GIL would only wait for it again (two more
+        context switches per request on a busy core)."""
+        woken = self._woken
+        if woken is not None:
+            woken.release()
 
     def _sleep(self, timeout: float | None) -> None:
         """Return once the future is done; CancelledError when it was cancelled,
