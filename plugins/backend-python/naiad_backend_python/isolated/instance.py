@@ -83,7 +83,7 @@ class IsolatedInstance(ModelInstance):
 
     def execute_async(self, requests: Sequence[InferenceRequest], done: Done) -> None:
         """Send a batch to the worker from this thread; ``done`` gets the responses or an
-        :class:`InferenceServerError`, from the worker's reader thread."""
+        :class:`InferenceServerError`, from the thread that reads the worker's answers."""
         worker = self.worker
         if worker is None:
             done(unavailable(self._not_serving()))
