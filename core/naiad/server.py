@@ -159,7 +159,9 @@ class InferenceServer:
 
     async def shutdown(self, timeout: float) -> None:
         """Stop accepting inferences, wait for those in flight (up to ``timeout`` seconds),
-        then unload every model."""
+        then unload every model. Past ``timeout`` the instances still running requests are
+        aborted first (a Python model's worker process is killed), and unloading gets
+        ``UNLOAD_AFTER_ABORT_S`` more."""
         self.accepting = False
         if self.poller is not None:
             await self.poller.stop()  # nothing loads or unloads behind the drain below
@@ -176,7 +178,7 @@ class InferenceServer:
                     await asyncio.wait_for(self.models.unload_all(), UNLOAD_AFTER_ABORT_S)
                 except asyncio.TimeoutError:
                     log.warning("models still running after %s s more (in-process models "
-                                "cannot be stopped); exiting without them",
+                                "cannot be stopped); giving up unloading them",
                                 UNLOAD_AFTER_ABORT_S)
                 self.shared_memory.unregister_all()
                 self.live = False
