@@ -23,12 +23,19 @@ from tritonclient.grpc.model_config_pb2 import DataType
 from naiad import __version__
 from naiad.datatypes import config_to_datatype
 from naiad.errors import InferenceServerError, Status, invalid_arg, unavailable, unsupported
+from naiad.futures import LightFuture
 from naiad.models.manager import LoadOptions, ModelManager, ModelVersion
 from naiad.models.poller import RepositoryPoller
 from naiad.plugins import PluginManager
 from naiad.repository.scan import scheme_of
 from naiad.shm import SharedMemoryRegistry
-from naiad.types import InferenceRequest, InferenceResponse
+from naiad.types import (
+    InferenceClient,
+    InferenceRequest,
+    InferenceResponse,
+    ResponseCallback,
+    ResponseSender,
+)
 
 log = logging.getLogger("naiad.server")
 
@@ -122,6 +129,8 @@ class InferenceServer:
             self.poller = RepositoryPoller(self.models, options.repository_poll_secs,
                                            after_change=self.settle_heap)
         self.shared_memory = SharedMemoryRegistry()
+        # What models that call other models (BLS) reach them through.
+        self.models.client = ServerModels(self)
         self.live = False
         self.accepting = False
         # Inferences arrive on any thread and finish on instance threads.
@@ -228,7 +237,8 @@ class InferenceServer:
         any thread. A request refused at once (a bad request, shutdown, a full queue)
         raises :class:`InferenceServerError`; otherwise the future gets the model's
         response, for :func:`answer`. ``future.cancel()`` withdraws a request the
-        scheduler still holds (see :attr:`Scheduler.holds_requests`)."""
+        scheduler still holds (see :attr:`Scheduler.holds_requests`), and so does
+        cancelling ``request.cancellation``. Not for decoupled models: see :meth:`stream`."""
         self._admit(model, request)
         try:
             future = model.scheduler.submit(request)
@@ -236,10 +246,69 @@ class InferenceServer:
             self._leave()
             raise
         future.add_done_callback(self._left)
+        if request.cancellation is not None:
+            request.cancellation.on_cancel(future.cancel)
         return future
 
-    def _admit(self, model: ModelVersion, request: InferenceRequest) -> None:
-        if not self.accepting:
+    def stream(self, model: ModelVersion, request: InferenceRequest,
+               on_response: ResponseCallback, internal: bool = False
+               ) -> Future[InferenceResponse]:
+        """Run ``request`` on any model and pass its responses to ``on_response(response,
+        final)``, from any thread, as they come: the one response of an ordinary model
+        (final), or every response a decoupled model sends, the last call final (its
+        response may be None: the final flag alone). Each response holds only the outputs
+        the request asked for; a failure is a final response with ``error`` set. A request
+        refused at once raises :class:`InferenceServerError`, as :meth:`infer`.
+
+        The future is the scheduler's (``cancel()`` withdraws a queued request, which then
+        ends with a CANCELLED error); its result is not a response to send. ``internal``:
+        a model calls another (BLS), which goes on while the server drains."""
+        if not model.decoupled:
+            future = self.infer(model, request) if not internal else self._submit(model, request)
+            future.add_done_callback(lambda done: on_response(_outcome(request, done), True))
+            return future
+
+        def deliver(response: InferenceResponse | None, final: bool) -> None:
+            if response is not None and response.error is None:
+                response = _pruned(request, response)
+            try:
+                on_response(response, final)
+            finally:
+                if final:
+                    self._leave()
+
+        sender = request.sender = ResponseSender(deliver)
+        self._admit(model, request, internal)
+        try:
+            future = model.scheduler.submit(request)
+        except BaseException:
+            request.sender = None
+            self._leave()
+            raise
+        future.add_done_callback(lambda done: _end_stream(sender, done))
+        if request.cancellation is not None:
+            request.cancellation.on_cancel(future.cancel)
+        return future
+
+    def _submit(self, model: ModelVersion, request: InferenceRequest
+                ) -> Future[InferenceResponse]:
+        """:meth:`infer` for a model's call to another (admitted while draining)."""
+        self._admit(model, request, internal=True)
+        try:
+            future = model.scheduler.submit(request)
+        except BaseException:
+            self._leave()
+            raise
+        future.add_done_callback(self._left)
+        if request.cancellation is not None:
+            request.cancellation.on_cancel(future.cancel)
+        return future
+
+    def _admit(self, model: ModelVersion, request: InferenceRequest,
+               internal: bool = False) -> None:
+        # A model's own calls (BLS) are part of a request in flight: the drain waits for
+        # them, so they are admitted while it runs (not once the server stopped).
+        if not (self.accepting or (internal and self.live)):
             raise unavailable(_SHUTTING_DOWN)
         request.arrival_ns = request.arrival_ns or time.perf_counter_ns()
         model.signature.check(request)
@@ -247,7 +316,7 @@ class InferenceServer:
         lock.acquire()  # not ``with``: half the cost, and this runs for every request
         self.in_flight += 1
         lock.release()
-        if not self.accepting:  # shutdown began meanwhile (from another thread)
+        if not (self.accepting or internal):  # shutdown began meanwhile (another thread)
             self._leave()
             raise unavailable(_SHUTTING_DOWN)
 
@@ -356,10 +425,92 @@ def answer(request: InferenceRequest, response: InferenceResponse) -> InferenceR
     an error response raised as its :class:`InferenceServerError`."""
     if response.error is not None:
         raise response.error
+    return _pruned(request, response)
+
+
+def _pruned(request: InferenceRequest, response: InferenceResponse) -> InferenceResponse:
     if request.requested_outputs is not None:
         wanted = {o.name for o in request.requested_outputs}
         response.outputs = [t for t in response.outputs if t.name in wanted]
     return response
+
+
+def _cancelled(request: InferenceRequest) -> InferenceServerError:
+    return InferenceServerError(f"model '{request.model_name}': the request was cancelled",
+                                Status.CANCELLED)
+
+
+def _outcome(request: InferenceRequest, done: Future[InferenceResponse]) -> InferenceResponse:
+    """The response an ordinary model's finished future stands for, pruned; an error
+    response when it failed or was cancelled."""
+    if done.cancelled():
+        return InferenceResponse(error=_cancelled(request))
+    try:
+        response = done.result()
+    except InferenceServerError as exc:
+        return InferenceResponse(error=exc)
+    except Exception as exc:  # a scheduler bug: the stream still ends
+        return InferenceResponse(error=InferenceServerError(
+            f"model '{request.model_name}': internal error: {type(exc).__name__}: {exc}",
+            Status.INTERNAL))
+    return response if response.error is not None else _pruned(request, response)
+
+
+def _end_stream(sender: ResponseSender, done: Future[InferenceResponse]) -> None:
+    """A decoupled model finished executing a request: if that failed (or the request was
+    withdrawn before it ran), the error ends its stream unless the model ended it. A
+    success leaves the stream to the model, which may go on sending from other threads."""
+    if done.cancelled():
+        request_error: InferenceServerError | None = InferenceServerError(
+            "the request was cancelled", Status.CANCELLED)
+    else:
+        try:
+            request_error = done.result().error
+        except InferenceServerError as exc:
+            request_error = exc
+        except Exception as exc:
+            request_error = InferenceServerError(f"internal error: {exc}", Status.INTERNAL)
+    if request_error is not None:
+        sender.fail(request_error)
+
+
+class ServerModels(InferenceClient):
+    """The server's models as models call them (``ModelContext.server``, for BLS)."""
+
+    def __init__(self, server: InferenceServer) -> None:
+        self.server = server
+
+    def _model(self, request: InferenceRequest) -> ModelVersion:
+        version = request.model_version
+        return self.server.model(request.model_name, str(version) if version > 0 else "")
+
+    def infer(self, request: InferenceRequest) -> Future[InferenceResponse]:
+        future: Future[InferenceResponse] = LightFuture(running=True)
+
+        def collect(response: InferenceResponse | None, final: bool) -> None:
+            if final:
+                future.set_result(response or InferenceResponse())
+
+        try:
+            model = self._model(request)
+            if model.decoupled:
+                raise unsupported(
+                    f"model '{model.name}' is decoupled (it may send any number of responses "
+                    f"per request): call it with exec(decoupled=True) / "
+                    f"async_exec(decoupled=True)")
+            self.server.stream(model, request, collect, internal=True)
+        except InferenceServerError as exc:
+            future.set_result(InferenceResponse(error=exc))
+        return future
+
+    def stream(self, request: InferenceRequest, on_response: ResponseCallback) -> None:
+        try:
+            self.server.stream(self._model(request), request, on_response, internal=True)
+        except InferenceServerError as exc:
+            on_response(InferenceResponse(error=exc), True)
+
+    def is_ready(self, name: str, version: int = -1) -> bool:
+        return self.server.models.is_ready(name, str(version) if version > 0 else "")
 
 
 def _type_name(value: int) -> str:

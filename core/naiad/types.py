@@ -9,6 +9,7 @@ Plugins never see HTTP or gRPC. A frontend decodes a wire request into an
 from __future__ import annotations
 
 import abc
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,6 +19,7 @@ import numpy as np
 
 if TYPE_CHECKING:
     import asyncio
+    from concurrent.futures import Future
 
     from tritonclient.grpc.model_config_pb2 import ModelConfig
 
@@ -59,6 +61,12 @@ class InferenceRequest:
     # Filled by the scheduler that ran it: nanoseconds spent queued, in compute input, infer
     # and output (an ensemble adds up its steps' durations, as Triton reports them).
     durations: tuple[int, int, int, int] | None = None
+    #: Set by the core for a request to a decoupled model: where the model sends its
+    #: responses (any number, from any thread, the last one final). None otherwise.
+    sender: ResponseSender | None = None
+    #: Set by the frontend where the client can give up on the request (a gRPC cancel or
+    #: deadline, an HTTP client that disconnects while it is watched). None: it cannot.
+    cancellation: Cancellation | None = None
 
 
 @dataclass(slots=True)
@@ -68,6 +76,110 @@ class InferenceResponse:
     outputs: list[Tensor] = field(default_factory=list)
     parameters: dict[str, Any] = field(default_factory=dict)
     error: InferenceServerError | None = None
+
+
+#: ``on_response(response, final)``: one response of a request (None: the final flag alone).
+ResponseCallback = Callable[["InferenceResponse | None", bool], object]
+
+
+class ResponseSender:
+    """Where the responses of one request to a decoupled model go (Triton's response
+    factory). The model calls :meth:`send` any number of times, from any thread, during
+    ``execute`` or after it returned; exactly one call is final (``final=True``, with or
+    without a response), and nothing may be sent after it."""
+
+    __slots__ = ("_deliver", "_final", "_lock", "count")
+
+    def __init__(self, deliver: ResponseCallback) -> None:
+        self._deliver = deliver
+        self._final = False
+        self._lock = threading.Lock()
+        #: responses sent so far (the final flag alone does not count)
+        self.count = 0
+
+    @property
+    def final(self) -> bool:
+        """True once the final response (or flag) was sent."""
+        return self._final
+
+    def send(self, response: InferenceResponse | None = None, final: bool = False) -> None:
+        """Send ``response`` (None with ``final`` to end the stream without one). Raises
+        :class:`RuntimeError` after the final one. Delivery happens on the calling thread,
+        in the order the calls take the sender's lock."""
+        with self._lock:
+            if self._final:
+                raise RuntimeError("the final response of this request was sent already")
+            if response is None and not final:
+                raise ValueError("send(): a response, or final=True, is needed")
+            self._final = final
+            if response is not None:
+                self.count += 1
+            # Under the lock: two threads' responses reach the client in the order sent.
+            self._deliver(response, final)
+
+    def fail(self, error: InferenceServerError) -> bool:
+        """End the stream with ``error`` unless it ended already; True if it was sent."""
+        with self._lock:
+            if self._final:
+                return False
+            self._final = True
+            self.count += 1
+            self._deliver(InferenceResponse(error=error), True)
+            return True
+
+
+class Cancellation:
+    """Whether the client of a request gave up on it (cancelled the call, let its
+    deadline pass, disconnected). Frontends :meth:`cancel`; models read :attr:`cancelled`
+    (``request.is_cancelled()`` in a Python model), and an instance whose model runs
+    elsewhere forwards it with :meth:`on_cancel`. Cancelling never interrupts a model:
+    it is for models that look, so a long or streaming one can stop early."""
+
+    __slots__ = ("_callbacks", "_lock", "cancelled")
+
+    def __init__(self) -> None:
+        self.cancelled = False
+        self._callbacks: list[Callable[[], object]] = []
+        self._lock = threading.Lock()
+
+    def cancel(self) -> None:
+        """Mark the request cancelled and run the callbacks (once; from any thread)."""
+        with self._lock:
+            if self.cancelled:
+                return
+            self.cancelled = True
+            callbacks, self._callbacks = self._callbacks, []
+        for callback in callbacks:
+            callback()
+
+    def on_cancel(self, callback: Callable[[], object]) -> None:
+        """Call ``callback()`` when the request is cancelled (at once if it is already)."""
+        with self._lock:
+            if not self.cancelled:
+                self._callbacks.append(callback)
+                return
+        callback()
+
+
+class InferenceClient(abc.ABC):
+    """The server's models, as a model calls them (Triton's business logic scripting):
+    what :attr:`ModelContext.server` gives a backend. Requests are checked as a client's
+    are; ``request.model_version`` -1 (or 0) means the latest ready version."""
+
+    @abc.abstractmethod
+    def infer(self, request: InferenceRequest) -> Future[InferenceResponse]:
+        """Run ``request`` on the model it names; the future gets the response (an error
+        response when the model, the request or the lookup failed: never an exception)."""
+
+    @abc.abstractmethod
+    def stream(self, request: InferenceRequest, on_response: ResponseCallback) -> None:
+        """Run ``request`` and pass each of its responses to ``on_response(response,
+        final)``, from any thread: one for an ordinary model, any number for a decoupled
+        one; the last call is final. Errors arrive as final error responses."""
+
+    @abc.abstractmethod
+    def is_ready(self, name: str, version: int = -1) -> bool:
+        """Whether the model (the version, or the latest with -1) can serve now."""
 
 
 @dataclass(slots=True, frozen=True)
@@ -96,6 +208,8 @@ class ModelContext:
     #: Python backend reads its worker processes' answers on it); never run model code on
     #: it. None outside a server (a backend called directly, in a test).
     loop: asyncio.AbstractEventLoop | None = None
+    #: The server's models, for a model that calls others (BLS). None outside a server.
+    server: InferenceClient | None = None
 
 
 @dataclass(slots=True, frozen=True)

@@ -94,7 +94,8 @@ class Models:
         kind: type[Scheduler] = DynamicBatcher if scheduling else DefaultScheduler
         scheduler = on_loop(self.loop, lambda: kind(context))  # type: ignore[call-arg]
         self.served[name] = SimpleNamespace(name=name, version=1, scheduler=scheduler,
-                                            signature=model(name, "IN:FP32", "OUT:FP32"))
+                                            signature=model(name, "IN:FP32", "OUT:FP32"),
+                                            decoupled=False)
 
     def lookup(self, name: str, version: str) -> SimpleNamespace:
         if name not in self.served:

@@ -13,12 +13,13 @@ from tritonclient.grpc.model_config_pb2 import ModelConfig
 from naiad.errors import InferenceServerError, Status
 from naiad.models.warmup import warm_up, warmup_samples
 from naiad.scheduling.worker import InstanceWorker
-from naiad.types import Backend, InstanceInfo, ModelContext
+from naiad.types import Backend, InferenceClient, InstanceInfo, ModelContext
 
 
 async def load_version(backend: Backend, name: str, version: int, path: Path,
                        config: ModelConfig, instances: list[InstanceInfo],
-                       backend_config: dict[str, str]) -> list[InstanceWorker]:
+                       backend_config: dict[str, str],
+                       server: InferenceClient | None = None) -> list[InstanceWorker]:
     """Create every instance of a model version in parallel, each on the thread it will run
     on. If one fails, the others are stopped and the error names the model and instance."""
     context = ModelContext(
@@ -30,6 +31,7 @@ async def load_version(backend: Backend, name: str, version: int, path: Path,
         repository=path.parent,
         backend_config=backend_config,
         loop=asyncio.get_running_loop(),
+        server=server,
     )
     samples = warmup_samples(name, version, config, path)
     workers = [InstanceWorker(info, name) for info in instances]

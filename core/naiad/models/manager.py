@@ -30,6 +30,7 @@ from naiad.repository.fingerprint import ModelFingerprint, model_fingerprint
 from naiad.repository.scan import model_config_versions, model_folders
 from naiad.scheduling.base import Scheduler, SchedulingContext
 from naiad.stats import ModelStats
+from naiad.types import InferenceClient
 
 log = logging.getLogger("naiad.models")
 
@@ -56,6 +57,9 @@ class ModelVersion:
     # The model folder as it was when this version loaded (poll mode keeps a version whose
     # files and configuration did not change instead of loading it again).
     fingerprint: ModelFingerprint | None = None
+    #: ``model_transaction_policy { decoupled: true }``: the model sends any number of
+    #: responses per request (see :meth:`InferenceServer.stream`)
+    decoupled: bool = False
 
 
 @dataclass(slots=True)
@@ -114,6 +118,8 @@ class ModelManager:
         self._waiting: dict[str, str] = {}
         # model -> the ensembles that unloading it unloaded, to load again when it loads
         self._unloaded_with: dict[str, set[str]] = {}
+        #: what models that call other models (BLS) get (set by the server)
+        self.client: InferenceClient | None = None
 
     # --- the request path ---------------------------------------------------------------
 
@@ -532,7 +538,7 @@ class ModelManager:
             backend = self.plugins.backend(config.backend, backend_config)
             instances = expand_instance_groups(name, config, self.options.max_instances)
             workers = await load_version(backend, name, version, path, config, instances,
-                                         backend_config)
+                                         backend_config, self.client)
         context = SchedulingContext(name, version, config, workers, stats, models=self.get,
                                     model_dir=path)
         try:
@@ -545,7 +551,8 @@ class ModelManager:
             raise InferenceServerError(f"model '{name}': scheduler failed: {exc}",
                                        Status.INTERNAL) from exc
         return ModelVersion(name, version, config, ModelSignature(name, config), scheduler,
-                            context, stats, config_json)
+                            context, stats, config_json,
+                            decoupled=config.model_transaction_policy.decoupled)
 
 
 def _reason(record: ModelRecord) -> str:

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
 from naiad.config.platforms import ENSEMBLE
-from naiad.errors import InferenceServerError
+from naiad.errors import InferenceServerError, unsupported
 from naiad.futures import LightFuture
 from naiad.hookspecs import hookimpl
 from naiad.scheduling.base import ModelLookup, Scheduler, SchedulerFactory, SchedulingContext
@@ -53,6 +53,13 @@ class EnsembleScheduler(Scheduler):
         self.plan: EnsemblePlan = build_plan(context.config)
         check_steps(self.plan, context.config,
                     lambda name, version: self.lookup(name, version).signature)
+        for step in self.plan.steps:
+            if self.lookup(step.model_name, step.model_version).decoupled:
+                # Triton streams such an ensemble's responses; naiad's ensembles run each
+                # step once per request, so the load says so instead of losing responses.
+                raise unsupported(f"ensemble '{self.name}' {step.describe()}: the model is "
+                                  f"decoupled, and naiad's ensembles do not support "
+                                  f"decoupled steps yet")
         # By step index (the config's order, not the plan's): the steps that read what a
         # step writes, and how many steps each one waits for.
         self.followers: list[list[EnsembleStep]] = [[] for _ in self.plan.steps]
