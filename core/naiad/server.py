@@ -494,10 +494,12 @@ class ServerModels(InferenceClient):
         try:
             model = self._model(request)
             if model.decoupled:
+                # Triton's words: a BLS call is the one way in for a model's calls.
                 raise unsupported(
-                    f"model '{model.name}' is decoupled (it may send any number of responses "
-                    f"per request): call it with exec(decoupled=True) / "
-                    f"async_exec(decoupled=True)")
+                    f"Model '{model.name}' is using the decoupled. The current BLS request "
+                    f"call doesn't support models using the decoupled transaction policy. "
+                    f"Please use 'decoupled=True' argument to the 'exec' or 'async_exec' "
+                    f"calls for decoupled models.'")
             self.server.stream(model, request, collect, internal=True)
         except InferenceServerError as exc:
             future.set_result(InferenceResponse(error=exc))

@@ -19,7 +19,7 @@ from google.protobuf import json_format
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
 from naiad.config.render import config_to_json
-from naiad.errors import invalid_arg, unavailable, unsupported
+from naiad.errors import invalid_arg, unavailable
 from naiad.types import Backend, InstanceInfo, ModelContext, ModelInstance
 from naiad_backend_python.environment import (
     UNSET_VARIABLES,
@@ -110,10 +110,6 @@ class PythonBackend(Backend):
     def create_instance(self, context: ModelContext, instance: InstanceInfo) -> ModelInstance:
         config = context.config
         name = context.name
-        if config.model_transaction_policy.decoupled:
-            raise unsupported(f"model '{name}' uses decoupled mode (model_transaction_policy "
-                              f"{{ decoupled: true }}), which naiad's Python backend does not "
-                              f"support yet")
         model_file = context.version_dir / (config.default_model_filename
                                             or DEFAULT_MODEL_FILENAME)
         if not model_file.is_file():
@@ -123,10 +119,10 @@ class PythonBackend(Backend):
                                       context.version, name)
         outputs = [output.name for output in config.output]
         if self.settings.mode_of(config) == IN_PROCESS:
-            return InProcessInstance(str(model_file), args, outputs)
+            return InProcessInstance(str(model_file), args, outputs, context.server)
         init = {"op": "init", "model_file": str(model_file), "args": args, "outputs": outputs}
         return IsolatedInstance(self._launch(name, context.model_dir, config), init, name,
-                                instance.name, self.settings, context.loop)
+                                instance.name, self.settings, context.loop, context.server)
 
     def _launch(self, model_name: str, model_dir: Path, config: ModelConfig) -> Launch:
         """The interpreter and environment a worker of this model starts with."""

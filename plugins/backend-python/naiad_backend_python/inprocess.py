@@ -13,8 +13,16 @@ import logging
 from collections.abc import Sequence
 
 from naiad.errors import InferenceServerError, Status, unavailable
-from naiad.types import InferenceRequest, InferenceResponse, ModelInstance, Tensor
+from naiad.types import (
+    InferenceClient,
+    InferenceRequest,
+    InferenceResponse,
+    ModelInstance,
+    Tensor,
+)
+from naiad_backend_python.calls import InProcessCalls
 from naiad_backend_python.stub import naiad_stub_runner as runner
+from naiad_backend_python.stub import triton_python_backend_utils as pb_utils
 
 log = logging.getLogger("naiad.backend.python")
 _Response = InferenceResponse
@@ -25,12 +33,15 @@ class InProcessInstance(ModelInstance):
 
     __slots__ = ("model_name", "runner")
 
-    def __init__(self, model_file: str, args: dict[str, str], output_names: Sequence[str]
-                 ) -> None:
-        """Import the model and run ``initialize``. Raises UNAVAILABLE when either fails."""
+    def __init__(self, model_file: str, args: dict[str, str], output_names: Sequence[str],
+                 server: InferenceClient | None = None) -> None:
+        """Import the model and run ``initialize``. Raises UNAVAILABLE when either fails.
+        ``server``: the server's models, for the model's BLS calls."""
         self.model_name = args["model_name"]
+        # One server per process: every in-process model calls through the same one.
+        pb_utils._set_model_calls(InProcessCalls(server))
         try:
-            self.runner = runner.ModelRunner(model_file, args, output_names)
+            self.runner = runner.ModelRunner(model_file, args, output_names, emit=_emit)
         except runner.LoadFailure as exc:
             raise unavailable(str(exc)) from exc
 
@@ -51,17 +62,7 @@ class InProcessInstance(ModelInstance):
             # A failed batch is raised, not answered: the core counts it as a failure.
             log.error("%s", exc.message)
             raise InferenceServerError(exc.message, Status[exc.status]) from None
-        responses = []
-        for outputs, parameters, error in results:
-            if error is not None:
-                responses.append(_Response(error=InferenceServerError(error[1],
-                                                                      Status[error[0]])))
-                continue
-            tensors = [Tensor(name, datatype, array.shape, array)
-                       for name, datatype, array in outputs]
-            responses.append(_Response(outputs=tensors, parameters=parameters)
-                             if parameters else _Response(outputs=tensors))
-        return responses
+        return [_response(result) for result in results]
 
     def close(self) -> None:
         error = self.runner.finalize()
@@ -69,3 +70,25 @@ class InProcessInstance(ModelInstance):
             log.error("model '%s' instance '%s': finalize failed: %s", self.model_name,
                       self.runner.instance_name, error)
 
+
+
+def _response(result: runner.Result) -> InferenceResponse:
+    outputs, parameters, error = result
+    if error is not None:
+        return _Response(error=InferenceServerError(error[1], Status[error[0]]))
+    tensors = [Tensor(name, datatype, array.shape, array) for name, datatype, array in outputs]
+    return (_Response(outputs=tensors, parameters=parameters) if parameters
+            else _Response(outputs=tensors))
+
+
+def _emit(request: InferenceRequest, result: runner.Result | None, final: bool) -> None:
+    """A decoupled model's response, on its way to the client (dropped for a request that
+    has no client: warmup)."""
+    sender = request.sender
+    if sender is None:
+        return
+    try:
+        sender.send(None if result is None else _response(result), final)
+    except RuntimeError as exc:  # sent after the final one (the server ended the stream)
+        raise pb_utils.TritonModelException(
+            "Unable to send response. Response sender has been closed.") from exc

@@ -14,6 +14,7 @@ from tritonclient.grpc.model_config_pb2 import ModelConfig
 
 from naiad.datatypes import numpy_to_datatype
 from naiad.types import (
+    InferenceClient,
     InferenceRequest,
     InstanceInfo,
     ModelContext,
@@ -78,7 +79,7 @@ def parse_config(model_dir: Path) -> ModelConfig:
 
 
 def context_for(model_dir: Path, config: ModelConfig | None = None,
-                version: int = 1) -> ModelContext:
+                version: int = 1, server: InferenceClient | None = None) -> ModelContext:
     config = config if config is not None else parse_config(model_dir)
     return ModelContext(
         name=config.name or model_dir.name,
@@ -88,6 +89,7 @@ def context_for(model_dir: Path, config: ModelConfig | None = None,
         version_dir=model_dir / str(version),
         repository=model_dir.parent,
         backend_config={},
+        server=server,
     )
 
 

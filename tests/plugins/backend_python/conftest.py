@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from backend_python_helpers import context_for, instance_info, write_model
 
-from naiad.types import ModelInstance
+from naiad.types import InferenceClient, ModelInstance
 from naiad_backend_python import PythonBackend
 
 Loader = Callable[..., ModelInstance]
@@ -32,14 +32,17 @@ def backend(execution_mode: str) -> PythonBackend:
 
 @pytest.fixture
 def load(tmp_path: Path, backend: PythonBackend) -> Iterator[Loader]:
-    """``load(name, model_py, config=None, files=None)``: write the model into tmp_path and
-    create one instance of it; every instance is closed at the end of the test."""
+    """``load(name, model_py, config=None, files=None, index=0, server=None)``: write the
+    model into tmp_path and create one instance of it (``server``: what its BLS calls
+    reach); every instance is closed at the end of the test."""
     made: list[ModelInstance] = []
 
     def _load(name: str, model_py: str, config: str | None = None,
-              files: dict[str, str] | None = None, index: int = 0) -> ModelInstance:
+              files: dict[str, str] | None = None, index: int = 0,
+              server: InferenceClient | None = None) -> ModelInstance:
         model_dir = write_model(tmp_path, name, model_py, config, files=files)
-        instance = backend.create_instance(context_for(model_dir), instance_info(name, index))
+        instance = backend.create_instance(context_for(model_dir, server=server),
+                                           instance_info(name, index))
         made.append(instance)
         return instance
 

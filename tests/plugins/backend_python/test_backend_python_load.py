@@ -230,17 +230,6 @@ def test_default_model_filename_is_honoured(tmp_path, backend):
         instance.close()
 
 
-def test_decoupled_models_are_refused_for_now(load):
-    config = """
-        name: "{name}"
-        backend: "python"
-        model_transaction_policy { decoupled: true }
-    """
-    with pytest.raises(InferenceServerError, match="decoupled") as info:
-        load("decoupled", ADD_SUB_PY, config=config)
-    assert info.value.status is Status.UNSUPPORTED
-
-
 # --- auto-complete ----------------------------------------------------------------------
 
 AUTO_COMPLETE_PY = """

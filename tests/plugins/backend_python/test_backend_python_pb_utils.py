@@ -192,7 +192,7 @@ def test_response_error_must_be_a_triton_error():
         pb_utils.InferenceResponse([], error="boom")
 
 
-def test_bls_request_can_be_built_but_not_executed():
+def test_bls_request_is_refused_outside_execute(monkeypatch):
     t = pb_utils.Tensor("IN", np.zeros(1, np.float32))
     request = pb_utils.InferenceRequest(model_name="other", inputs=[t],
                                         requested_output_names=["OUT"], request_id="r",
@@ -204,16 +204,21 @@ def test_bls_request_can_be_built_but_not_executed():
     assert request.flags() == 1
     assert json.loads(request.parameters()) == {"k": "v"}
     assert pb_utils.get_input_tensor_by_name(request, "IN") is t
-    with pytest.raises(pb_utils.TritonModelException, match="not supported"):
+    # Before a model is initialized (in initialize, in auto_complete_config), as Triton.
+    monkeypatch.setattr(pb_utils, "_calls_allowed", False)
+    with pytest.raises(pb_utils.TritonModelException,
+                       match="BLS is only supported during the 'execute' function"):
         request.exec()
-    with pytest.raises(pb_utils.TritonModelException, match="not supported"):
+    with pytest.raises(pb_utils.TritonModelException, match="only supported during"):
         request.async_exec()
 
 
-def test_response_sender_rules():
+def test_response_sender_rules_of_a_non_decoupled_model():
     sender = pb_utils.InferenceRequest(model_name="m").get_response_sender()
-    with pytest.raises(pb_utils.TritonModelException, match="decoupled"):
+    with pytest.raises(pb_utils.TritonModelException, match="cannot send more than one"):
         sender.send(pb_utils.InferenceResponse())  # no FINAL flag: decoupled streaming
+    with pytest.raises(pb_utils.TritonModelException, match="cannot send complete final"):
+        sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
     sender.send(pb_utils.InferenceResponse(), flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
     with pytest.raises(pb_utils.TritonModelException, match="closed"):
         sender.send(pb_utils.InferenceResponse())
@@ -223,7 +228,6 @@ def test_response_sender_rules():
     lambda: pb_utils.MetricFamily("m", "d", pb_utils.MetricFamily.COUNTER),
     lambda: pb_utils.load_model("m"),
     lambda: pb_utils.unload_model("m"),
-    lambda: pb_utils.is_model_ready("m"),
 ])
 def test_unsupported_features_say_so(call):
     with pytest.raises(pb_utils.TritonModelException, match="not supported by naiad"):

@@ -21,8 +21,9 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
-from naiad.errors import InferenceServerError, Status
-from naiad.types import InferenceRequest, InferenceResponse, Tensor
+from naiad.errors import InferenceServerError, Status, unavailable
+from naiad.types import InferenceClient, InferenceRequest, InferenceResponse, Tensor
+from naiad_backend_python.isolated.calls import Handler, ServerCalls
 from naiad_backend_python.isolated.transport import LoopTransport
 from naiad_backend_python.stub import naiad_stub_wire as wire
 
@@ -100,6 +101,10 @@ class WorkerChannel:
         # How batches are sent once reading started: the blocking connection's send (with a
         # reader thread) or the loop transport's (never blocks).
         self._send_frame: Callable[..., None] | None = None
+        # The worker's calls to the server (BLS...), once reading started.
+        self.calls: ServerCalls | None = None
+        # Requests of a decoupled model whose stream is open: (batch id, index) -> request.
+        self._streams: dict[tuple[int, int], InferenceRequest] = {}
 
     # --- one question, one answer (starting the worker, auto-complete) ------------------
 
@@ -120,11 +125,17 @@ class WorkerChannel:
 
     # --- batches ------------------------------------------------------------------------
 
-    def start_reading(self, loop: asyncio.AbstractEventLoop | None) -> None:
+    def start_reading(self, loop: asyncio.AbstractEventLoop | None,
+                      server: InferenceClient | None = None,
+                      handlers: dict[str, Handler] | None = None) -> None:
         """From now on, answers are read on ``loop`` (``transport.py``), or by a thread of
-        this channel's own when there is no loop (a backend used outside a server)."""
+        this channel's own when there is no loop (a backend used outside a server).
+        ``server``: what the model's BLS calls reach; ``handlers``: further questions the
+        worker may ask, by ``op`` (see :class:`ServerCalls`)."""
         if loop is None:
             self._send_frame = self.connection.send
+            self.calls = ServerCalls(server, self._send_frame, self.regions.directory,
+                                     self.regions.inline_max, handlers)
             self._reader = threading.Thread(target=self._read, daemon=True,
                                             name=f"naiad-read-{self.instance_name}")
             self._reader.start()
@@ -134,6 +145,8 @@ class WorkerChannel:
                                   buffered, fds)
         self._transport = transport
         self._send_frame = transport.send
+        self.calls = ServerCalls(server, self._send_frame, self.regions.directory,
+                                 self.regions.inline_max, handlers)
         transport.start()
 
     @property
@@ -184,6 +197,9 @@ class WorkerChannel:
                 batch_id = self._next_id
                 self._next_id += 1
                 self._pending[batch_id] = _Pending(batch.done, region)
+                for index, request in enumerate(batch.requests):
+                    if request.sender is not None:
+                        self._streams[(batch_id, index)] = request
         try:
             if batch_id < 0:
                 batch.done(WorkerDied("the worker process has ended"))
@@ -205,6 +221,10 @@ class WorkerChannel:
                 header["region_size"] = region.size
             assert self._send_frame is not None, "submit before start_reading"
             self._send_frame(header, packer.payload, fds)
+            for index, request in enumerate(batch.requests):
+                if request.cancellation is not None:
+                    request.cancellation.on_cancel(
+                        lambda index=index: self._cancel(batch_id, index))
         except (wire.PeerGone, OSError):
             pass  # the reader sees the end of the stream and fails what is pending
         finally:
@@ -212,6 +232,15 @@ class WorkerChannel:
                 os.close(fd)
             if holds_region and region is None:
                 self._release_region()  # no region could be made: the batch went inline
+
+    def _cancel(self, batch_id: int, index: int) -> None:
+        """The client gave up on a request the worker has: tell it (``is_cancelled()``)."""
+        if self._gone or self._send_frame is None:
+            return
+        try:
+            self._send_frame({"op": "cancel", "batch": batch_id, "index": index})
+        except (wire.PeerGone, OSError):
+            pass
 
     def _release_region(self) -> None:
         """The region's batch is done: hand the region to the next batch waiting for it."""
@@ -269,9 +298,15 @@ class WorkerChannel:
 
     def _handle(self, reply: dict, payload: memoryview, fds: list[int]) -> None:
         """One message from the worker (on the reader thread or the loop)."""
-        for fd in fds:  # the worker never sends descriptors
-            os.close(fd)
         op = reply.get("op")
+        if op == "response":
+            self._streamed(reply, payload, fds)
+            return
+        calls = self.calls
+        if calls is not None and calls.handles(str(op)):
+            calls.handle(reply, payload, fds)
+            return
+        wire.close_fds(fds)  # only the messages above bring descriptors
         if op == "result":
             self._finished(reply, payload)
         elif op == "log":
@@ -279,6 +314,42 @@ class WorkerChannel:
         elif op == "finalized":
             self._finalize_reply = reply
             self._finalized.set()
+
+    def _streamed(self, message: dict, payload: memoryview, fds: list[int]) -> None:
+        """A decoupled model's response: on to the request's sender (the client)."""
+        key = (message.get("batch"), message.get("index"))
+        final = bool(message.get("final"))
+        with self._lock:
+            request = (self._streams.pop(key, None) if final  # type: ignore[arg-type]
+                       else self._streams.get(key))  # type: ignore[arg-type]
+        try:
+            region = wire.open_region(message, fds)
+            body = message.get("response")
+            response = None if body is None else self._response(body, payload, region)
+        except Exception as exc:  # a response this side cannot read: the stream ends with it
+            response = InferenceResponse(error=InferenceServerError(
+                f"model '{self.model_name}' instance '{self.instance_name}': unreadable "
+                f"response from the worker: {type(exc).__name__}: {exc}", Status.INTERNAL))
+            final = True
+        if request is None or request.sender is None:
+            return  # the stream was ended (by an error, the batch's failure) already
+        try:
+            request.sender.send(response, final)
+        except RuntimeError:
+            pass  # the server ended the stream meanwhile
+
+    def _response(self, body: dict, payload: memoryview, region: wire.Region | None
+                  ) -> InferenceResponse:
+        error = body.get("error")
+        if error is not None:
+            return InferenceResponse(error=InferenceServerError(error[1], _status(error[0])))
+        outputs = []
+        for descriptor in body.get("outputs", ()):
+            name, datatype, array = wire.unpack(descriptor, region, payload, copy=False)
+            outputs.append(Tensor(name, datatype, array.shape, array))
+        parameters = body.get("parameters")
+        return (InferenceResponse(outputs=outputs, parameters=parameters) if parameters
+                else InferenceResponse(outputs=outputs))
 
     def _ended(self) -> None:
         """On the loop: the stream ended. Failing the batches may wait for the process's
@@ -292,13 +363,26 @@ class WorkerChannel:
             failed = [p.done for p in self._pending.values()] + [b.done for b in self._waiting]
             self._pending.clear()
             self._waiting.clear()
+            streams = list(self._streams.values())
+            self._streams.clear()
         self._finalized.set()
         for done in failed:
             done(WorkerDied("the worker process ended"))
+        # Streams whose batch had returned: their model cannot send any more.
+        for request in streams:
+            if request.sender is not None:
+                request.sender.fail(unavailable(
+                    f"model '{self.model_name}' instance '{self.instance_name}': the worker "
+                    f"process ended before the last response"))
+        if self.calls is not None:
+            self.calls.cancel_all()
 
     def _finished(self, reply: dict, payload: memoryview) -> None:
         with self._lock:
             pending = self._pending.pop(reply.get("id"), None)  # type: ignore[arg-type]
+            if "failure" in reply:  # the core ends those streams with the failure
+                for key in [key for key in self._streams if key[0] == reply.get("id")]:
+                    del self._streams[key]
         if pending is None:
             log.error("model '%s' instance '%s': the worker answered batch %r, which is not "
                       "in flight; ignored", self.model_name, self.instance_name,

@@ -23,7 +23,14 @@ import time
 from collections.abc import Sequence
 
 from naiad.errors import InferenceServerError, unavailable
-from naiad.types import InferenceRequest, InferenceResponse, InstanceHealth, ModelInstance
+from naiad.types import (
+    InferenceClient,
+    InferenceRequest,
+    InferenceResponse,
+    InstanceHealth,
+    ModelInstance,
+)
+from naiad_backend_python.isolated.calls import Handler
 from naiad_backend_python.isolated.channel import Done, RegionPolicy, WorkerDied
 from naiad_backend_python.isolated.process import (
     Launch,
@@ -51,12 +58,18 @@ class IsolatedInstance(ModelInstance):
 
     def __init__(self, launch: Launch, init: dict, model_name: str, instance_name: str,
                  settings: PythonBackendSettings,
-                 loop: asyncio.AbstractEventLoop | None = None) -> None:
+                 loop: asyncio.AbstractEventLoop | None = None,
+                 server: InferenceClient | None = None,
+                 handlers: dict[str, Handler] | None = None) -> None:
         """Start the worker and initialize the model in it. Raises
         :class:`InferenceServerError` (UNAVAILABLE) when either fails. ``loop``: the
-        server's event loop, where the worker's answers are read (else a thread reads)."""
+        server's event loop, where the worker's answers are read (else a thread reads).
+        ``server``: what the model's BLS calls reach; ``handlers``: further questions its
+        worker may ask, by ``op`` (see ``calls.py``)."""
         self.launch = launch
         self.loop = loop
+        self.server = server
+        self.handlers = handlers
         self.init_message = init
         self.model_name = model_name
         self.instance_name = instance_name
@@ -146,7 +159,9 @@ class IsolatedInstance(ModelInstance):
         try:
             reply = worker.channel.call({**self.init_message, "protocol": wire.PROTOCOL_VERSION,
                                          "log_level": min(logging.INFO,
-                                                          model_log.getEffectiveLevel())})
+                                                          model_log.getEffectiveLevel()),
+                                         "region_dir": self.regions.directory,
+                                         "inline_max": self.regions.inline_max})
         except WorkerDied:
             worker.reap()
             raise unavailable(ended_message(
@@ -164,7 +179,7 @@ class IsolatedInstance(ModelInstance):
         log.info("model '%s' instance '%s': worker process %d runs Python %s (%s)",
                  self.model_name, self.instance_name, worker.pid, reply.get("python_version"),
                  reply.get("python"))
-        worker.channel.start_reading(self.loop)
+        worker.channel.start_reading(self.loop, self.server, self.handlers)
         return worker
 
     def _watch(self) -> None:

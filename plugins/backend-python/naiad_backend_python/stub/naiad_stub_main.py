@@ -3,20 +3,28 @@
 The server starts it as ``<the model's python> naiad_stub_main.py FD PARENT_PID``, where FD is
 its end of a Unix socket pair. Python puts this file's folder first on ``sys.path``, so
 ``triton_python_backend_utils`` and the ``naiad_stub_*`` modules beside it are what the model
-imports; nothing of the server (naiad, its dependencies) is needed, only numpy. It serves one
-message at a time (``naiad_stub_wire`` frames), from the server:
+imports; nothing of the server (naiad, its dependencies) is needed, only numpy.
+
+The main thread reads the server's messages (``naiad_stub_wire`` frames); the model runs on
+a thread of its own, one job at a time, in the order they came:
 
 - ``init``: protocol version, model file, ``initialize`` args, output names -> ``ready``
   (pid, interpreter, Python version) or ``failed`` (why);
 - ``auto_complete``: model file and config JSON -> ``config`` or ``failed``;
 - ``execute``: a batch of requests (tensors in the shared memory region or the payload)
-  -> ``result``: one response per request, or the batch's failure;
+  -> ``result``: one response per request, or the batch's failure. A decoupled model's
+  responses go as ``response`` messages (``batch``, ``index``, ``final``), whenever and
+  from whichever thread the model sends them;
 - ``finalize`` -> ``finalized``, then the process exits.
 
-A message may carry a new shared memory region (``region_size`` and its descriptor). The
-worker sends ``log`` messages whenever the model logs. It ignores SIGINT (a Ctrl-C in the
-server's terminal is for the server, which finalizes its workers) and ends within a second
-of the server, however the server ends.
+The reader itself handles ``cancel`` (``batch``, ``index``: the client gave up on that
+request; ``is_cancelled()`` turns true) and ``answer`` (to the model's calls to the server,
+``naiad_stub_calls``), so both arrive while the model runs.
+
+An ``execute`` message may carry a new shared memory region (``region_size`` and its
+descriptor). The worker sends ``log`` messages whenever the model logs. It ignores SIGINT
+(a Ctrl-C in the server's terminal is for the server, which finalizes its workers) and ends
+within a second of the server, however the server ends.
 """
 
 from __future__ import annotations
@@ -24,6 +32,7 @@ from __future__ import annotations
 import logging
 import os
 import platform
+import queue
 import signal
 import socket
 import sys
@@ -32,9 +41,11 @@ import time
 import weakref
 from typing import Any, Dict, List, Optional, Tuple
 
+import naiad_stub_calls as calls
 import naiad_stub_runner as runner
 import naiad_stub_wire as wire
 import numpy as np
+import triton_python_backend_utils as pb_utils
 
 # How often the worker looks whether the server is still there.
 PARENT_POLL_S = 1.0
@@ -56,13 +67,24 @@ class _Requested:
         self.name = name
 
 
+class _Cancelled:
+    """A request's cancellation flag (what ``naiad.types.Cancellation`` is in the server)."""
+
+    __slots__ = ("cancelled",)
+
+    def __init__(self) -> None:
+        self.cancelled = False
+
+
 class _Request:
     """What the runner reads of a request (the attributes of naiad's InferenceRequest)."""
 
-    __slots__ = ("id", "inputs", "parameters", "requested_outputs")
+    __slots__ = ("cancellation", "id", "inputs", "key", "parameters", "requested_outputs")
 
     def __init__(self, message: dict[str, Any], region: wire.Region | None,
-                 payload: memoryview) -> None:
+                 payload: memoryview, key: Tuple[int, int], cancellation: _Cancelled) -> None:
+        self.key = key  # (batch id, index in the batch): how the server names it
+        self.cancellation = cancellation
         self.id = message.get("id", "")
         self.parameters = message.get("parameters") or {}
         outputs = message.get("outputs")
@@ -103,23 +125,61 @@ class _ForwardToServer(logging.Handler):
             pass
 
 
+_STOP = None
+
+
 class Worker:
     def __init__(self, connection: wire.Connection) -> None:
         self.connection = connection
         self.model: runner.ModelRunner | None = None
         self.region: wire.Region | None = None
+        self.link: calls.ServerLink | None = None
+        # (header, payload, region) for the model's thread, in arrival order.
+        self._jobs: queue.SimpleQueue[Optional[Tuple[Dict[str, Any], memoryview,
+                                                     Optional[wire.Region]]]] = (
+            queue.SimpleQueue())
+        # Requests the server may still cancel: (batch id, index) -> flag. A batch's entries
+        # go when its result is sent (a decoupled request's with its final response).
+        self._live: Dict[Tuple[int, int], _Cancelled] = {}
+        self._live_lock = threading.Lock()
 
     def serve(self) -> None:
+        """Read messages until the server goes away or the model is finalized."""
+        model_thread = threading.Thread(target=self._run_jobs, name="naiad-model",
+                                        daemon=True)
+        model_thread.start()
+        try:
+            while True:
+                try:
+                    header, payload, fds = self.connection.receive()
+                except wire.PeerGone:
+                    return  # the server went away (or closed after finalize)
+                op = header.get("op")
+                if op == "answer":
+                    if self.link is not None:
+                        self.link.answered(header, payload, fds)
+                    else:
+                        wire.close_fds(fds)
+                elif op == "cancel":
+                    self._cancel(header)
+                else:
+                    if fds:
+                        self._map_region(header, fds)
+                    if op == "execute":
+                        self._expect(header)
+                    self._jobs.put((header, payload, self.region))
+        finally:
+            self._jobs.put(_STOP)
+
+    def _run_jobs(self) -> None:
         while True:
-            try:
-                header, payload, fds = self.connection.receive()
-            except wire.PeerGone:
-                return  # the server went away: nothing is left to do
-            if fds:
-                self._map_region(header, fds)
+            job = self._jobs.get()
+            if job is _STOP:
+                return
+            header, payload, region = job
             op = header.get("op")
             if op == "execute":
-                self._execute(header, payload)
+                self._execute(header, payload, region)
             elif op == "init":
                 self._init(header)
             elif op == "auto_complete":
@@ -127,6 +187,8 @@ class Worker:
             elif op == "finalize":
                 error = self.model.finalize() if self.model is not None else None
                 self.connection.send({"op": "finalized", "error": error})
+                # The reader sees the end of the stream and returns: the process exits.
+                self.connection.sock.shutdown(socket.SHUT_RDWR)
                 return
             else:
                 self.connection.send({"op": "failed", "message": f"unknown message {op!r}"})
@@ -140,6 +202,29 @@ class Worker:
             for fd in fds:
                 os.close(fd)
 
+    # --- cancellation -------------------------------------------------------------------
+
+    def _expect(self, header: Dict[str, Any]) -> None:
+        """Make the cancellation flags of a batch's requests as it arrives: a cancel may
+        come before the model runs it."""
+        batch = header["id"]
+        with self._live_lock:
+            for index in range(len(header["requests"])):
+                self._live[(batch, index)] = _Cancelled()
+
+    def _cancel(self, header: Dict[str, Any]) -> None:
+        with self._live_lock:
+            flag = self._live.get((header.get("batch"), header.get("index")))  # type: ignore[arg-type]
+        if flag is not None:
+            flag.cancelled = True
+
+    def _forget(self, keys: Any) -> None:
+        with self._live_lock:
+            for key in keys:
+                self._live.pop(key, None)
+
+    # --- messages -----------------------------------------------------------------------
+
     def _init(self, header: dict[str, Any]) -> None:
         if header.get("protocol") != wire.PROTOCOL_VERSION:
             self.connection.send({"op": "failed", "message": (
@@ -147,9 +232,13 @@ class Worker:
                 f"{wire.PROTOCOL_VERSION}")})
             return
         logging.getLogger().setLevel(header.get("log_level", logging.INFO))
+        self.link = calls.ServerLink(self.connection, header.get("region_dir", ""),
+                                     int(header.get("inline_max", 1 << 62)))
+        pb_utils._set_model_calls(calls.WorkerCalls(self.link))
         try:
             self.model = runner.ModelRunner(header["model_file"], header["args"],
-                                            header["outputs"], whole_process=True)
+                                            header["outputs"], whole_process=True,
+                                            emit=self._emit)
         except runner.LoadFailure as exc:
             self.connection.send({"op": "failed", "message": str(exc)})
             return
@@ -169,8 +258,31 @@ class Worker:
             return
         self.connection.send({"op": "config", "config": config})
 
-    def _execute(self, header: Dict[str, Any], payload: memoryview) -> None:
-        region = self.region
+    def _emit(self, request: _Request, result: Optional[runner.Result], final: bool) -> None:
+        """A decoupled model's response to ``request``, from any of the model's threads."""
+        batch, index = request.key
+        message: Dict[str, Any] = {"op": "response", "batch": batch, "index": index,
+                                   "final": final, "response": None}
+        buffers: List[memoryview] = []
+        fds: List[int] = []
+        if result is not None:
+            outputs, parameters, error = result
+            descriptors, buffers, fds, region_size = wire.pack_tensors(
+                outputs, self.link.region_dir if self.link else "",
+                self.link.inline_max if self.link else 1 << 62)
+            if region_size:
+                message["region_size"] = region_size
+            message["response"] = {"outputs": descriptors, "parameters": parameters,
+                                   "error": error}
+        try:
+            self.connection.send(message, buffers, fds)
+        finally:
+            wire.close_fds(fds)
+        if final:
+            self._forget((request.key,))
+
+    def _execute(self, header: Dict[str, Any], payload: memoryview,
+                 region: Optional[wire.Region]) -> None:
         kept: List[Any] = []
         reply, buffers = self._run_batch(header, payload, region, kept)
         # Every reference this worker held to the batch's inputs is gone with _run_batch's
@@ -180,20 +292,30 @@ class Worker:
             # The model kept an input (or a view of one) past execute: the next batch must
             # not overwrite it. The region is retired; the kept views keep its pages mapped
             # here, and the server makes a new region for the next batch.
-            self.region = None
+            if self.region is region:
+                self.region = None
             reply["retire_region"] = True
         self.connection.send(reply, buffers)
+        model = self.model
+        if model is None or not model.decoupled or "failure" in reply:
+            batch = header["id"]
+            self._forget((batch, index) for index in range(len(header["requests"])))
 
     def _run_batch(self, header: Dict[str, Any], payload: memoryview,
                    region: Optional[wire.Region], kept: List[Any]
                    ) -> Tuple[Dict[str, Any], List[memoryview]]:
         """Run one batch; the reply and its payload buffers. Adds a weak reference to each
         input array that lives in ``region`` to ``kept``."""
-        reply: Dict[str, Any] = {"op": "result", "id": header["id"]}
+        batch = header["id"]
+        reply: Dict[str, Any] = {"op": "result", "id": batch}
         try:
             if self.model is None:
                 raise runner.BatchFailure("INTERNAL", "the worker has no model (no init)")
-            requests = [_Request(message, region, payload) for message in header["requests"]]
+            with self._live_lock:
+                flags = [self._live.get((batch, index)) or _Cancelled()
+                         for index in range(len(header["requests"]))]
+            requests = [_Request(message, region, payload, (batch, index), flag)
+                        for index, (message, flag) in enumerate(zip(header["requests"], flags))]
             if region is not None:
                 kept.extend(weakref.ref(owner) for owner in
                             (_region_array(tensor.data, region) for request in requests

@@ -16,7 +16,7 @@ import json
 import os
 import traceback
 from collections.abc import Sequence
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -61,6 +61,12 @@ Output = Tuple[str, str, np.ndarray]
 #: One response: its outputs, its parameters (or None), and (status name, message) when the
 #: model answered this request with an error.
 Result = Tuple[List[Output], Optional[Dict[str, Any]], Optional[Tuple[str, str]]]
+#: What ``execute`` gives each request of a decoupled model: its responses went out
+#: through ``emit`` (see :class:`ModelRunner`).
+NO_RESULT: Result = ([], None, None)
+#: ``emit(request, result, final)``: one response of a decoupled model's request (result
+#: None: the final flag alone), from whichever thread the model sends it on.
+Emit = Callable[[Any, Optional[Result], bool], None]
 
 
 class LoadFailure(Exception):
@@ -131,10 +137,18 @@ class ModelRunner:
     """One ``TritonPythonModel`` object, imported and initialized."""
 
     def __init__(self, model_file: str, args: dict[str, str], output_names: Sequence[str],
-                 whole_process: bool = False) -> None:
+                 whole_process: bool = False, emit: Emit | None = None) -> None:
         """Import ``model_file`` and run ``initialize(args)``. Raises :class:`LoadFailure`.
-        ``whole_process``: this process serves only this model (a worker)."""
+        ``whole_process``: this process serves only this model (a worker). ``emit``: how
+        a decoupled model's responses leave (the execution mode's); requests of a
+        decoupled model get response senders that call it."""
         name = args["model_name"]
+        config = json.loads(args["model_config"])
+        self.decoupled = bool(config.get("model_transaction_policy", {}).get("decoupled"))
+        if self.decoupled and emit is None:
+            raise LoadFailure(f"model '{name}' is decoupled, and this execution mode cannot "
+                              f"send its responses")
+        self.emit = emit
         self.model_name = name
         self.instance_name = args["model_instance_name"]
         self.model_file = model_file
@@ -167,6 +181,7 @@ class ModelRunner:
             raise
         self.model = model
         self._execute = getattr(model, "execute", None) or self._missing_execute
+        pb_utils._allow_model_calls()
 
     def execute(self, requests: Sequence[Any]) -> list[Result]:
         """Run ``execute`` on a batch; one result per request. Raises
@@ -175,6 +190,8 @@ class ModelRunner:
         wrap = _wrap_request
         output_names = self.output_names
         pb_requests = [wrap(request, output_names) for request in requests]
+        if self.decoupled:
+            return self._execute_decoupled(requests, pb_requests)
         try:
             returned = self._execute(pb_requests)
             if type(returned) is not list:
@@ -189,6 +206,44 @@ class ModelRunner:
                     in zip(returned, requests, pb_requests)]
         except Exception as exc:
             raise self._failure(exc) from None
+
+    def _execute_decoupled(self, requests: Sequence[Any], pb_requests: list[Any]
+                           ) -> list[Result]:
+        """``execute`` of a decoupled model: each request's responses leave through its
+        sender as the model sends them; execute itself must return None."""
+        for request, pb_request in zip(requests, pb_requests):
+            pb_request._sender = pb_utils.InferenceResponseSender(
+                self._emitter(request, pb_request), pb_request.is_cancelled)
+        try:
+            returned = self._execute(pb_requests)
+            if asyncio.iscoroutine(returned):
+                if self._loop is None:
+                    self._loop = asyncio.new_event_loop()
+                returned = self._loop.run_until_complete(returned)
+            if returned is not None:
+                raise _ContractError(f"Python model '{self.instance_name}' is using the "
+                                     f"decoupled mode and the execute function must return "
+                                     f"None.")
+        except Exception as exc:
+            raise self._failure(exc) from None
+        return [NO_RESULT] * len(requests)
+
+    def _emitter(self, request: Any, pb_request: Any
+                 ) -> Callable[[Any, bool], None]:
+        emit = self.emit
+        convert = self._convert
+
+        def send(response: Any, final: bool) -> None:
+            if response is None:
+                emit(request, None, final)
+                return
+            try:
+                result = convert(response, request, pb_request)
+            except _ContractError as exc:
+                raise pb_utils.TritonModelException(str(exc)) from None
+            emit(request, result, final)
+
+        return send
 
     def finalize(self) -> str | None:
         """Run ``finalize``; the error it raised, described, or None."""

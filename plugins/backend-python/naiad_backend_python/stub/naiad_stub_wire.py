@@ -216,6 +216,54 @@ class Packer:
         return [name, datatype, list(shape), "p", offset, size]
 
 
+def pack_tensors(tensors: Sequence[Tuple[str, str, np.ndarray]], directory: str | None,
+                 inline_max: int) -> Tuple[List[Descriptor], List[memoryview], List[int], int]:
+    """Lay out the tensors of a message that stands alone (a BLS call, its answers, a
+    decoupled model's response): together at least ``inline_max`` bytes, they go into a
+    fresh region of their own in ``directory`` (the receiver maps it and reads them in
+    place; the mapping lives as long as its arrays), else into the payload. Returns the
+    descriptors, the payload buffers, the region's descriptor (to send, then close) and
+    the region's size (0: none)."""
+    staged = [(name, datatype, array.shape, tensor_buffer(datatype, array))
+              for name, datatype, array in tensors]
+    total = 0
+    for _name, _datatype, _shape, data in staged:
+        total += align(len(data))
+    region = None
+    fds: List[int] = []
+    if directory and total and total >= inline_max:
+        try:
+            region, fd = create_region(directory, total)
+            fds = [fd]
+        except OSError:  # no room in /dev/shm: the payload carries them
+            region = None
+    packer = Packer(region)
+    descriptors = [packer.add_buffer(name, datatype, shape, data)
+                   for name, datatype, shape, data in staged]
+    size = 0
+    if region is not None:
+        size = region.size
+        region.close()  # this side is done with it; the receiver maps its own
+    return descriptors, packer.payload, fds, size
+
+
+def close_fds(fds: Sequence[int]) -> None:
+    for fd in fds:
+        os.close(fd)
+
+
+def open_region(header: dict, fds: Sequence[int]) -> Region | None:
+    """The region a message of :func:`pack_tensors` brought (its descriptor is closed:
+    the mapping stays valid), or None."""
+    if not fds:
+        return None
+    try:
+        return Region(fds[0], int(header["region_size"]))
+    finally:
+        for fd in fds:
+            os.close(fd)
+
+
 def unpack(descriptor: Descriptor, region: Region | None, payload: Any,
            copy: bool) -> tuple[str, str, np.ndarray]:
     """``(name, datatype, array)`` for a descriptor. Fixed-size tensors are views of the

@@ -9,18 +9,21 @@ numpy (and ml_dtypes for BF16), so it runs in any Python 3.9 or newer a model's 
 brings. Tensors wrap numpy arrays without copying them; BYTES tensors are numpy object
 arrays of ``bytes``.
 
-Not available yet (each raises :class:`TritonModelException` when used): BLS
-(``InferenceRequest.exec``/``async_exec``), decoupled response senders, ``load_model``,
-``unload_model``, ``is_model_ready`` and custom metrics (``MetricFamily``).
+Calls to other models (BLS: ``InferenceRequest.exec`` / ``async_exec``,
+``is_model_ready``) go through the execution mode's :class:`_ModelCalls`: the server's own
+models in-process, messages to the server from a worker. Not available yet (each raises
+:class:`TritonModelException` when used): ``load_model``, ``unload_model``.
 """
 
 from __future__ import annotations
 
+import asyncio
 import enum
 import json
 import logging
+import queue
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -424,15 +427,20 @@ class InferenceRequest:
         return {output.name for output in requested}
 
     def get_response_sender(self) -> InferenceResponseSender:
-        """A sender for this request's one response (non-decoupled models may ``send`` it
-        with ``TRITONSERVER_RESPONSE_COMPLETE_FINAL`` and return None from ``execute``)."""
+        """The sender of this request's responses: any number for a decoupled model, the
+        last one with ``TRITONSERVER_RESPONSE_COMPLETE_FINAL``; exactly one, final, for
+        other models (which then return None from ``execute``)."""
         sender = self._sender
         if sender is None:
-            sender = self._sender = InferenceResponseSender()
+            sender = self._sender = InferenceResponseSender(cancelled=self.is_cancelled)
         return sender
 
     def is_cancelled(self) -> bool:
-        return False
+        """Whether the client gave up on this request (cancelled its gRPC call, let the
+        deadline pass, or disconnected while naiad watched): a long or streaming model
+        may stop early. The model is never interrupted."""
+        cancellation = getattr(self._source, "cancellation", None)
+        return cancellation is not None and cancellation.cancelled
 
     def set_release_flags(self, flags: int) -> None:
         if flags != TRITONSERVER_REQUEST_RELEASE_ALL:
@@ -441,11 +449,37 @@ class InferenceRequest:
     def trace(self) -> _InferenceTrace:
         return _InferenceTrace()
 
-    def exec(self, decoupled: bool = False) -> InferenceResponse:
-        raise _unsupported("BLS (InferenceRequest.exec)")
+    def exec(self, decoupled: bool = False) -> Any:
+        """Run this request on ``model_name`` and wait: its response, or with
+        ``decoupled=True`` an iterator of its responses (any number; the last may be empty,
+        the final flag alone). A failure is a response whose ``has_error()`` is true."""
+        calls = _model_calls()
+        if decoupled:
+            responses = ResponseIterator()
+            responses._cancel = calls.infer(self, True, responses._put)
+            return responses
+        answer = _OneResponse()
+        calls.infer(self, False, answer.put)
+        return answer.get()
 
     def async_exec(self, decoupled: bool = False) -> Any:
-        raise _unsupported("BLS (InferenceRequest.async_exec)")
+        """:meth:`exec` for an ``async def execute``: returns an awaitable at once, so
+        several calls run concurrently (``asyncio.gather``). With ``decoupled=True`` it
+        resolves to the iterator of responses."""
+        calls = _model_calls()
+        loop = asyncio.get_running_loop()
+        future = loop.create_future()
+        if decoupled:
+            responses = ResponseIterator()
+            responses._cancel = calls.infer(self, True, responses._put)
+            future.set_result(responses)
+            return future
+
+        def resolve(response: InferenceResponse, final: bool) -> None:
+            loop.call_soon_threadsafe(_resolve, future, response)
+
+        calls.infer(self, False, resolve)
+        return future
 
 
 class InferenceResponse:
@@ -484,32 +518,181 @@ class InferenceResponse:
 
 
 class InferenceResponseSender:
-    """Sends a request's response from inside ``execute`` (one final response: decoupled
-    models, which send many, are not supported yet)."""
+    """Sends a request's responses (``request.get_response_sender()``).
 
-    __slots__ = ("_closed", "_response")
+    For a decoupled model, any number of responses from any thread, during ``execute`` or
+    after it returned, the last with ``TRITONSERVER_RESPONSE_COMPLETE_FINAL``; they reach
+    the client as they are sent. For other models, one response, final, which stands for
+    ``execute``'s return value (execute then returns None), as in Triton.
+    """
 
-    def __init__(self) -> None:
+    __slots__ = ("_cancelled", "_closed", "_emit", "_lock", "_response")
+
+    def __init__(self, emit: Callable[[InferenceResponse | None, bool], None] | None = None,
+                 cancelled: Callable[[], bool] | None = None) -> None:
+        # emit(response, final): the execution mode's way to the client (decoupled models);
+        # None: the one response is kept for execute's return.
+        self._emit = emit
+        self._cancelled = cancelled
         self._response: InferenceResponse | None = None
         self._closed = False
+        self._lock = threading.Lock()
 
     def send(self, response: InferenceResponse | None = None, flags: int = 0) -> None:
-        if self._closed:
-            raise TritonModelException("Unable to send response. Response sender has been "
-                                       "closed.")
         final = bool(flags & TRITONSERVER_RESPONSE_COMPLETE_FINAL)
-        if response is not None:
-            if not isinstance(response, InferenceResponse):
-                raise TypeError(f"send(): response must be an InferenceResponse, "
-                                f"not {type(response).__name__}")
-            if not final:
-                raise _unsupported("Sending a response without "
-                                   "TRITONSERVER_RESPONSE_COMPLETE_FINAL (decoupled mode)")
-            self._response = response
-        self._closed = final
+        if response is not None and not isinstance(response, InferenceResponse):
+            raise TypeError(f"send(): response must be an InferenceResponse, "
+                            f"not {type(response).__name__}")
+        with self._lock:
+            if self._closed:
+                raise TritonModelException("Unable to send response. Response sender has "
+                                           "been closed.")
+            if self._emit is None:  # an ordinary model: one response, final
+                if response is None:
+                    raise TritonModelException(
+                        "Unable to send response. Non-decoupled model cannot send complete "
+                        "final before sending a response.")
+                if not final:
+                    raise TritonModelException(
+                        "Unable to send response. Non-decoupled model cannot send more than "
+                        "one response.")
+                self._response = response
+            elif response is not None or final:
+                self._emit(response, final)
+            self._closed = final
 
     def is_cancelled(self) -> bool:
-        return False
+        """Whether the client gave up on the request (see ``InferenceRequest.is_cancelled``)."""
+        return self._cancelled is not None and self._cancelled()
+
+
+# --- calling other models (BLS) ---------------------------------------------------------
+
+
+class _ModelCalls:
+    """How BLS calls leave the model: the execution mode installs one
+    (:func:`_set_model_calls`). ``infer`` starts a request and calls ``on_response(response,
+    final)`` from any thread for each of its responses (one, final, unless ``decoupled``);
+    it returns a function that cancels the request."""
+
+    def infer(self, request: InferenceRequest, decoupled: bool,
+              on_response: Callable[[InferenceResponse, bool], None]) -> Callable[[], None]:
+        raise NotImplementedError
+
+    def is_model_ready(self, model_name: str, model_version: str) -> bool:
+        raise NotImplementedError
+
+
+_calls: _ModelCalls | None = None
+# BLS works once the model is initialized, as in Triton.
+_calls_allowed = False
+
+
+def _set_model_calls(calls: _ModelCalls | None) -> None:
+    global _calls
+    _calls = calls
+
+
+def _allow_model_calls() -> None:
+    global _calls_allowed
+    _calls_allowed = True
+
+
+def _model_calls() -> _ModelCalls:
+    if _calls is None or not _calls_allowed:
+        raise TritonModelException("BLS is only supported during the 'execute' function.")
+    return _calls
+
+
+class _OneResponse:
+    """Waits for the one response of a non-decoupled BLS call."""
+
+    __slots__ = ("_queue",)
+
+    def __init__(self) -> None:
+        self._queue: queue.SimpleQueue[InferenceResponse] = queue.SimpleQueue()
+
+    def put(self, response: InferenceResponse, final: bool) -> None:
+        if final:
+            self._queue.put(response)
+
+    def get(self) -> InferenceResponse:
+        return self._queue.get()
+
+
+class ResponseIterator:
+    """The responses of a decoupled BLS call, in the order they arrive; iterating waits
+    for each. The last one may have no outputs (the final flag alone). ``cancel()`` asks
+    the called model to stop (its requests see ``is_cancelled()``)."""
+
+    def __init__(self) -> None:
+        self._queue: queue.SimpleQueue[tuple[InferenceResponse, bool]] = queue.SimpleQueue()
+        self._done = False
+        self._cancel: Callable[[], None] | None = None
+
+    def _put(self, response: InferenceResponse, final: bool) -> None:
+        self._queue.put((response, final))
+
+    def __iter__(self) -> ResponseIterator:
+        return self
+
+    def __next__(self) -> InferenceResponse:
+        if self._done:
+            raise StopIteration
+        response, final = self._queue.get()
+        self._done = final
+        return response
+
+    def cancel(self) -> None:
+        if self._cancel is not None and not self._done:
+            self._cancel()
+
+
+def _resolve(future: asyncio.Future, response: InferenceResponse) -> None:
+    if not future.done():
+        future.set_result(response)
+
+
+def _describe_call(request: InferenceRequest) -> dict[str, Any]:
+    """What a BLS request asks for, in plain values (its tensors aside): the model, the
+    version (-1: the latest), the id, the outputs (None: all) and the parameters, with the
+    correlation id, flags and timeout as the server's request parameters."""
+    parameters: dict[str, Any] = json.loads(request._parameters) if request._parameters else {}
+    if request._correlation_id:
+        parameters["sequence_id"] = request._correlation_id
+    flags = request._flags or 0
+    if flags & TRITONSERVER_REQUEST_FLAG_SEQUENCE_START:
+        parameters["sequence_start"] = True
+    if flags & TRITONSERVER_REQUEST_FLAG_SEQUENCE_END:
+        parameters["sequence_end"] = True
+    if request._timeout:
+        parameters["timeout"] = int(request._timeout)
+    return {"model_name": request._model_name, "model_version": int(request._model_version),
+            "id": request._request_id, "outputs": sorted(request._requested) or None,
+            "parameters": parameters}
+
+
+# naiad's status names -> TritonError codes, for the errors BLS responses carry.
+_STATUS_CODES = {
+    "INTERNAL": _ErrorCode.INTERNAL, "NOT_FOUND": _ErrorCode.NOT_FOUND,
+    "INVALID_ARG": _ErrorCode.INVALID_ARG, "UNAVAILABLE": _ErrorCode.UNAVAILABLE,
+    "UNSUPPORTED": _ErrorCode.UNSUPPORTED, "ALREADY_EXISTS": _ErrorCode.ALREADY_EXISTS,
+    "CANCELLED": _ErrorCode.CANCELLED,
+}
+
+
+def _call_response(outputs: Iterable[tuple[str, str, np.ndarray]],
+                   parameters: dict[str, Any] | None,
+                   error: tuple[str, str] | None) -> InferenceResponse:
+    """A BLS response as the model sees it, from (name, datatype, array) outputs, the
+    response's parameters and (status name, message) when it failed."""
+    if error is not None:
+        return InferenceResponse(error=TritonError(error[1], _STATUS_CODES.get(
+            error[0], _ErrorCode.INTERNAL)))
+    response = InferenceResponse([_input_tensor(name, array, datatype)
+                                  for name, datatype, array in outputs])
+    response._parameters = parameters or None
+    return response
 
 
 def _check_parameters(parameters: dict[str, Any]) -> None:
@@ -769,4 +952,6 @@ def unload_model(model_name: str, unload_dependents: bool = False) -> None:
 
 
 def is_model_ready(model_name: str, model_version: str = "") -> bool:
-    raise _unsupported("is_model_ready")
+    """Whether the server's model ``model_name`` (version ``model_version``, or the
+    latest) is ready to serve."""
+    return _model_calls().is_model_ready(model_name, str(model_version))
