@@ -29,6 +29,10 @@ import triton_python_backend_utils as pb_utils
 #: ``on_answer(header, payload, fds)``: one answer to a call (on the reader thread).
 OnAnswer = Callable[[Dict[str, Any], memoryview, List[int]], None]
 
+#: This worker's link to the server, once the model's ``init`` message came: what the
+#: worker's other modules (custom metrics) ask and tell the server through.
+link: Optional[ServerLink] = None
+
 
 class ServerLink:
     """The worker's end of its calls to the server."""

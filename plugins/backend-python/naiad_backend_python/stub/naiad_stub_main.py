@@ -232,8 +232,9 @@ class Worker:
                 f"{wire.PROTOCOL_VERSION}")})
             return
         logging.getLogger().setLevel(header.get("log_level", logging.INFO))
-        self.link = calls.ServerLink(self.connection, header.get("region_dir", ""),
-                                     int(header.get("inline_max", 1 << 62)))
+        self.link = calls.link = calls.ServerLink(self.connection,
+                                                  header.get("region_dir", ""),
+                                                  int(header.get("inline_max", 1 << 62)))
         pb_utils._set_model_calls(calls.WorkerCalls(self.link))
         try:
             self.model = runner.ModelRunner(header["model_file"], header["args"],
