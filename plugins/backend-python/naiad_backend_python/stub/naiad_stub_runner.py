@@ -6,7 +6,9 @@ process and in-process: the worker encodes the results as messages, the in-proce
 turns them into naiad's types. It needs only the standard library and numpy (it runs in any
 Python 3.9 or newer a model's environment brings), and it knows nothing of naiad's types:
 requests are objects with ``id``, ``inputs`` (name -> an object with ``name``, ``datatype``
-and ``data``), ``parameters`` and ``requested_outputs`` (None, or objects with a ``name``).
+and ``data``), ``parameters``, ``requested_outputs`` (None, or objects with a ``name``) and
+``cancellation`` (None, or an object whose ``cancelled`` turns true when the client gives
+up). A decoupled model's responses leave through the ``emit`` function the mode gives.
 """
 
 from __future__ import annotations
@@ -185,7 +187,13 @@ class ModelRunner:
 
     def execute(self, requests: Sequence[Any]) -> list[Result]:
         """Run ``execute`` on a batch; one result per request. Raises
-        :class:`BatchFailure` when the batch failed as a whole."""
+        :class:`BatchFailure` when the batch failed as a whole. A request whose client
+        gave up before it ran (``request.cancellation``) is answered CANCELLED without
+        reaching the model."""
+        for request in requests:
+            cancellation = request.cancellation
+            if cancellation is not None and cancellation.cancelled:
+                return self._without_cancelled(requests)
         _thread_state.model_dir = self.version_dir  # for pb_utils.get_model_dir()
         wrap = _wrap_request
         output_names = self.output_names
@@ -206,6 +214,14 @@ class ModelRunner:
                     in zip(returned, requests, pb_requests)]
         except Exception as exc:
             raise self._failure(exc) from None
+
+    def _without_cancelled(self, requests: Sequence[Any]) -> list[Result]:
+        cancelled = [r.cancellation is not None and r.cancellation.cancelled for r in requests]
+        running = [r for r, gone in zip(requests, cancelled) if not gone]
+        results = iter(self.execute(running) if running else [])
+        refused: Result = ([], None, ("CANCELLED", f"model '{self.model_name}': the request "
+                                                   f"was cancelled before it ran"))
+        return [refused if gone else next(results) for gone in cancelled]
 
     def _execute_decoupled(self, requests: Sequence[Any], pb_requests: list[Any]
                            ) -> list[Result]:
