@@ -15,8 +15,10 @@ import gc
 import logging
 import threading
 import time
+from collections.abc import Coroutine
 from concurrent.futures import Future
 from dataclasses import dataclass, field
+from typing import Any
 
 from tritonclient.grpc.model_config_pb2 import DataType
 
@@ -131,6 +133,8 @@ class InferenceServer:
         self.shared_memory = SharedMemoryRegistry()
         # What models that call other models (BLS) reach them through.
         self.models.client = ServerModels(self)
+        # The loop the server runs on (set by start): model control runs there.
+        self.loop: asyncio.AbstractEventLoop | None = None
         self.live = False
         self.accepting = False
         # Inferences arrive on any thread and finish on instance threads.
@@ -144,6 +148,7 @@ class InferenceServer:
         time; with ``--exit-on-error`` a failed model fails start-up. In poll mode, then
         follow the repositories' changes."""
         self.live = True
+        self.loop = asyncio.get_running_loop()
         mode = self.options.model_control_mode
         if self.poller is not None:
             await self.poller.baseline()
@@ -513,6 +518,22 @@ class ServerModels(InferenceClient):
 
     def is_ready(self, name: str, version: int = -1) -> bool:
         return self.server.models.is_ready(name, str(version) if version > 0 else "")
+
+    def load(self, name: str, config: str = "", files: dict[str, bytes] | None = None
+             ) -> Future[None]:
+        return self._on_loop(self.server.load_model(name, config or None, files))
+
+    def unload(self, name: str, unload_dependents: bool = False) -> Future[None]:
+        return self._on_loop(self.server.unload_model(name))
+
+    def _on_loop(self, work: Coroutine[Any, Any, None]) -> Future[None]:
+        loop = self.server.loop
+        if loop is None:
+            work.close()
+            future: Future[None] = Future()
+            future.set_exception(unavailable("the server is not running"))
+            return future
+        return asyncio.run_coroutine_threadsafe(work, loop)
 
 
 def _type_name(value: int) -> str:

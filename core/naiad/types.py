@@ -181,6 +181,18 @@ class InferenceClient(abc.ABC):
     def is_ready(self, name: str, version: int = -1) -> bool:
         """Whether the model (the version, or the latest with -1) can serve now."""
 
+    @abc.abstractmethod
+    def load(self, name: str, config: str = "", files: dict[str, bytes] | None = None
+             ) -> Future[None]:
+        """Load (or reload) model ``name`` as the repository API's load does, with
+        ``config`` (JSON) overriding its config.pbtxt; explicit model control mode only.
+        The future fails with :class:`~naiad.errors.InferenceServerError` saying why."""
+
+    @abc.abstractmethod
+    def unload(self, name: str, unload_dependents: bool = False) -> Future[None]:
+        """Unload model ``name`` as the repository API's unload does (the ensembles that
+        call it go with it, as in Triton, whatever ``unload_dependents`` says)."""
+
 
 @dataclass(slots=True, frozen=True)
 class InstanceInfo:

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from zoo import ADD_SUB_CONFIG, ADD_SUB_PY, write_model
 
-from naiad.errors import Status
+from naiad.errors import InferenceServerError, Status
 from naiad.server import InferenceServer, ServerOptions
 from naiad.types import (
     Cancellation,
@@ -217,3 +217,15 @@ def test_model_calls_answer_errors_as_responses(server):
     bad = calls.infer(InferenceRequest("add_sub", -1, {})).result(WAIT_S)
     assert bad.error is not None and bad.error.status is Status.INVALID_ARG
     wait_until_idle(server)
+
+
+def test_model_control_from_a_model_follows_the_control_mode(server):
+    calls = server.models.client
+    assert calls is not None
+    # This server runs in "none" mode: Triton's refusal, as over the repository API.
+    with pytest.raises(InferenceServerError, match="explicit model load / unload is not "
+                                                   "allowed"):
+        calls.load("add_sub").result(WAIT_S)
+    with pytest.raises(InferenceServerError, match="not allowed"):
+        calls.unload("add_sub").result(WAIT_S)
+    assert calls.is_ready("add_sub")

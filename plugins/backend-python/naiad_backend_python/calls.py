@@ -10,6 +10,7 @@ the server serves, with the checks a client's request gets.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from concurrent.futures import Future
 from typing import Any
 
 import numpy as np
@@ -93,3 +94,23 @@ class InProcessCalls(pb_utils._ModelCalls):
         if self.server is None:
             return False
         return self.server.is_ready(model_name, int(model_version) if model_version else -1)
+
+    def load_model(self, model_name: str, config: str, files: dict[str, bytes] | None
+                   ) -> str | None:
+        if self.server is None:
+            return "load_model needs a server: this model was loaded outside one"
+        return failure_of(self.server.load(model_name, config, files))
+
+    def unload_model(self, model_name: str, unload_dependents: bool) -> str | None:
+        if self.server is None:
+            return "unload_model needs a server: this model was loaded outside one"
+        return failure_of(self.server.unload(model_name, unload_dependents))
+
+
+def failure_of(control: Future[None]) -> str | None:
+    """Wait for a model control call: None, or the message of its failure."""
+    try:
+        control.result()
+    except InferenceServerError as exc:
+        return exc.message
+    return None

@@ -245,6 +245,7 @@ class Doubling(InferenceClient):
 
     def __init__(self) -> None:
         self.seen: list[InferenceRequest] = []
+        self.controls: list[tuple[object, ...]] = []
 
     def _answer(self, request: InferenceRequest) -> InferenceResponse:
         self.seen.append(request)
@@ -278,6 +279,23 @@ class Doubling(InferenceClient):
 
     def is_ready(self, name: str, version: int = -1) -> bool:
         return name in ("double", "count")
+
+    def load(self, name: str, config: str = "", files: dict[str, bytes] | None = None
+             ) -> Future[None]:
+        self.controls.append(("load", name, config, sorted(files or ())))
+        return self._control(name)
+
+    def unload(self, name: str, unload_dependents: bool = False) -> Future[None]:
+        self.controls.append(("unload", name, unload_dependents))
+        return self._control(name)
+
+    def _control(self, name: str) -> Future[None]:
+        future: Future[None] = Future()
+        if name == "double":
+            future.set_result(None)
+        else:
+            future.set_exception(InferenceServerError(f"failed to load '{name}'"))
+        return future
 
 
 BLS_CONFIG = """
@@ -384,3 +402,23 @@ def test_is_model_ready_asks_the_server(load):
         return [pb_utils.InferenceResponse([pb_utils.Tensor("OUT", np.array(ready, np.int32))])]
 """
     assert run_bls(load, body, np.zeros(1, np.int32), Doubling()).tolist() == [1, 0]
+
+
+def test_load_and_unload_model_ask_the_server(load):
+    server = Doubling()
+    body = """
+    def execute(self, requests):
+        pb_utils.load_model("double", config='{"max_batch_size": 0}')
+        pb_utils.unload_model("double", unload_dependents=True)
+        try:
+            pb_utils.load_model("other", files={"1/model.py": b"x"})
+        except pb_utils.TritonModelException as exc:
+            assert "failed to load 'other'" in exc.message(), exc.message()
+        else:
+            raise AssertionError("a failed load raised nothing")
+        return [pb_utils.InferenceResponse([pb_utils.Tensor("OUT", np.array([1], np.int32))])]
+"""
+    assert run_bls(load, body, np.zeros(1, np.int32), server).tolist() == [1]
+    assert server.controls == [("load", "double", '{"max_batch_size": 0}', []),
+                               ("unload", "double", True),
+                               ("load", "other", "", ["1/model.py"])]

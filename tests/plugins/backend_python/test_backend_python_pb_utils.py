@@ -226,8 +226,6 @@ def test_response_sender_rules_of_a_non_decoupled_model():
 
 @pytest.mark.parametrize("call", [
     lambda: pb_utils.MetricFamily("m", "d", pb_utils.MetricFamily.COUNTER),
-    lambda: pb_utils.load_model("m"),
-    lambda: pb_utils.unload_model("m"),
 ])
 def test_unsupported_features_say_so(call):
     with pytest.raises(pb_utils.TritonModelException, match="not supported by naiad"):

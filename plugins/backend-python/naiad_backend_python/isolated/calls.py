@@ -14,8 +14,10 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
+from concurrent.futures import Future
 from typing import Any
 
+from naiad.errors import InferenceServerError
 from naiad.types import Cancellation, InferenceClient, InferenceResponse
 from naiad_backend_python.calls import response_parts, server_request, start_call
 from naiad_backend_python.stub import naiad_stub_wire as wire
@@ -44,7 +46,7 @@ class ServerCalls:
         self._lock = threading.Lock()
 
     def handles(self, op: str) -> bool:
-        return op in ("infer", "cancel_call", "model_ready") or op in self.handlers
+        return op in _OWN or op in self.handlers
 
     def handle(self, message: dict, payload: memoryview, fds: list[int]) -> None:
         op = message.get("op")
@@ -62,10 +64,36 @@ class ServerCalls:
             ready = self.server is not None and self.server.is_ready(
                 str(message.get("name", "")), _version(message.get("version")))
             self._answer(number, {"ready": ready})
+        elif op in ("load_model", "unload_model"):
+            self._control(number, message)
         else:
             answer = self.handlers[str(op)](message)
             if number is not None:
                 self._answer(number, answer or {})
+
+    def _control(self, number: Any, message: dict) -> None:
+        """Load or unload a model (on the loop, where model control runs); the answer
+        goes when it is done, without holding the loop meanwhile."""
+        name = str(message.get("name", ""))
+        if self.server is None:
+            self._answer(number, {"error": f"{message['op']} needs a server"})
+            return
+        if message["op"] == "load_model":
+            # The file names alone: the server refuses files in a load request anyway.
+            files = {str(key): b"" for key in message.get("files") or ()}
+            done = self.server.load(name, str(message.get("config") or ""), files or None)
+        else:
+            done = self.server.unload(name, bool(message.get("unload_dependents")))
+
+        def answer(control: Future[None]) -> None:
+            try:
+                control.result()
+            except InferenceServerError as exc:
+                self._answer(number, {"error": exc.message})
+            else:
+                self._answer(number, {"error": None})
+
+        done.add_done_callback(answer)
 
     def _infer(self, message: dict, payload: memoryview, fds: list[int]) -> None:
         number = int(message["call"])
@@ -122,6 +150,9 @@ class ServerCalls:
             running, self._running = list(self._running.values()), {}
         for cancellation in running:
             cancellation.cancel()
+
+
+_OWN = frozenset({"infer", "cancel_call", "model_ready", "load_model", "unload_model"})
 
 
 def _version(value: Any) -> int:

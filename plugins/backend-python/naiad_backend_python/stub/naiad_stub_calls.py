@@ -12,6 +12,8 @@ Messages to the server:
   the last with ``final`` true;
 - ``cancel_call``: the model cancelled a BLS call (``ResponseIterator.cancel``);
 - ``model_ready``: ``name``, ``version`` -> ``answer`` with ``ready``;
+- ``load_model`` (``name``, ``config``, ``files``: their names) and ``unload_model``
+  (``name``, ``unload_dependents``) -> ``answer`` with ``error`` (None when it worked);
 - any other question a module of the worker asks through :func:`request` (custom metrics).
 
 Only the standard library and numpy: this runs in the model's own Python.
@@ -119,6 +121,17 @@ class WorkerCalls(pb_utils._ModelCalls):
         answer = self.link.request({"op": "model_ready", "name": model_name,
                                     "version": model_version})
         return bool(answer.get("ready"))
+
+    def load_model(self, model_name: str, config: str, files: Optional[Dict[str, bytes]]
+                   ) -> Optional[str]:
+        answer = self.link.request({"op": "load_model", "name": model_name, "config": config,
+                                    "files": sorted(files or ())})
+        return answer.get("error")
+
+    def unload_model(self, model_name: str, unload_dependents: bool) -> Optional[str]:
+        answer = self.link.request({"op": "unload_model", "name": model_name,
+                                    "unload_dependents": unload_dependents})
+        return answer.get("error")
 
 
 def _response(answer: Dict[str, Any], payload: memoryview, fds: List[int]

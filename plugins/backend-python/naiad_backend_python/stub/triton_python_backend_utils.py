@@ -9,10 +9,10 @@ numpy (and ml_dtypes for BF16), so it runs in any Python 3.9 or newer a model's 
 brings. Tensors wrap numpy arrays without copying them; BYTES tensors are numpy object
 arrays of ``bytes``.
 
-Calls to other models (BLS: ``InferenceRequest.exec`` / ``async_exec``,
-``is_model_ready``) go through the execution mode's :class:`_ModelCalls`: the server's own
-models in-process, messages to the server from a worker. Not available yet (each raises
-:class:`TritonModelException` when used): ``load_model``, ``unload_model``.
+Calls to other models (BLS: ``InferenceRequest.exec`` / ``async_exec``; and
+``is_model_ready``, ``load_model``, ``unload_model``) go through the execution mode's
+:class:`_ModelCalls`: the server's own models in-process, messages to the server from a
+worker.
 """
 
 from __future__ import annotations
@@ -582,6 +582,15 @@ class _ModelCalls:
     def is_model_ready(self, model_name: str, model_version: str) -> bool:
         raise NotImplementedError
 
+    def load_model(self, model_name: str, config: str, files: dict[str, bytes] | None
+                   ) -> str | None:
+        """Load a model; None, or why it failed."""
+        raise NotImplementedError
+
+    def unload_model(self, model_name: str, unload_dependents: bool) -> str | None:
+        """Unload a model; None, or why it failed."""
+        raise NotImplementedError
+
 
 _calls: _ModelCalls | None = None
 # BLS works once the model is initialized, as in Triton.
@@ -944,11 +953,22 @@ class MetricFamily:
 
 
 def load_model(model_name: str, config: str = "", files: dict[str, bytes] | None = None) -> None:
-    raise _unsupported("load_model")
+    """Load (or reload) the server's model ``model_name``, ``config`` (JSON) overriding its
+    config.pbtxt, as the repository API does: the server must run with
+    ``--model-control-mode=explicit``. Raises :class:`TritonModelException` saying why it
+    failed. ``files`` (a model's files in the request) are refused: naiad loads models from
+    the repository only."""
+    error = _model_calls().load_model(model_name, config, files)
+    if error is not None:
+        raise TritonModelException(error)
 
 
 def unload_model(model_name: str, unload_dependents: bool = False) -> None:
-    raise _unsupported("unload_model")
+    """Unload the server's model ``model_name`` (explicit model control mode only); the
+    ensembles that call it are unloaded with it. Raises :class:`TritonModelException`."""
+    error = _model_calls().unload_model(model_name, unload_dependents)
+    if error is not None:
+        raise TritonModelException(error)
 
 
 def is_model_ready(model_name: str, model_version: str = "") -> bool:
