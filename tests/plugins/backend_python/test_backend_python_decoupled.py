@@ -422,3 +422,33 @@ def test_load_and_unload_model_ask_the_server(load):
     assert server.controls == [("load", "double", '{"max_batch_size": 0}', []),
                                ("unload", "double", True),
                                ("load", "other", "", ["1/model.py"])]
+
+
+@pytest.mark.parametrize("execution_mode", ["isolated"])
+def test_a_worker_that_dies_ends_the_open_streams(load):
+    instance = load("dies", """
+        import os
+        import threading
+        import time
+        import numpy as np
+        import triton_python_backend_utils as pb_utils
+
+        class TritonPythonModel:
+            def execute(self, requests):
+                threading.Thread(target=self.stream, args=(requests[0],)).start()
+                return None
+
+            def stream(self, request):
+                sender = request.get_response_sender()
+                sender.send(pb_utils.InferenceResponse(
+                    output_tensors=[pb_utils.Tensor("OUT", np.array([1], np.int32))]))
+                time.sleep(0.2)  # execute's result is back: only the stream is open
+                os._exit(3)
+    """, config=DECOUPLED_CONFIG)
+    req, collected = streamed("dies", 1)
+    assert instance.execute([req])[0].error is None
+    first, last = collected.wait()
+    assert outs([first]) == [1]
+    assert last is not None and last.error is not None
+    assert last.error.status is Status.UNAVAILABLE
+    assert "worker process ended before the last response" in last.error.message
