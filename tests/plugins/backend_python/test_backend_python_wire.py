@@ -168,3 +168,22 @@ def test_descriptors_belong_to_their_own_message_when_reads_span_messages(pair, 
         assert len(fds) == (1 if i % 3 == 2 else 0)
         for fd in fds:
             os.close(fd)
+
+
+def test_a_standalone_message_takes_a_region_of_its_own_from_the_inline_limit(tmp_path):
+    big = np.arange(20_000, dtype=np.float32)  # 80 000 bytes
+    small = np.arange(4, dtype=np.int32)
+    tensors = [("BIG", "FP32", big), ("SMALL", "INT32", small)]
+    descriptors, buffers, fds, size = wire.pack_tensors(tensors, str(tmp_path), 64 * 1024)
+    assert len(fds) == 1 and size >= big.nbytes and not buffers
+    assert [d[3] for d in descriptors] == ["s", "s"]
+    region = wire.open_region({"region_size": size}, fds)
+    arrays = [wire.unpack(d, region, b"", copy=False)[2] for d in descriptors]
+    np.testing.assert_array_equal(arrays[0], big)
+    np.testing.assert_array_equal(arrays[1], small)
+    assert list(tmp_path.iterdir()) == []  # unlinked at once
+    # Below the limit, or with no folder to put a region in: the payload carries them.
+    descriptors, buffers, fds, size = wire.pack_tensors(tensors, str(tmp_path), 1 << 20)
+    assert (fds, size) == ([], 0) and [d[3] for d in descriptors] == ["p", "p"]
+    _, _, fds, size = wire.pack_tensors(tensors, str(tmp_path / "missing"), 1)
+    assert (fds, size) == ([], 0)
