@@ -275,8 +275,39 @@ def stream_response(infer_response: bytes) -> bytes:
     return b"\x12" + _varint(len(infer_response)) + infer_response
 
 
-def stream_error(message: str, request_id: str) -> bytes:
-    """A ``ModelStreamInferResponse`` reporting a failed request, its id in
-    ``infer_response`` as tritonserver sends it."""
-    inner = _string_field(b"\x1a", request_id) if request_id else b""
+def _final_parameter(final: bool) -> bytes:
+    message = ModelInferResponse()
+    message.parameters["triton_final_response"].bool_param = final
+    return message.SerializeToString()
+
+
+# tritonserver sets ``triton_final_response`` on every response of a stream: true on the
+# one answer of an ordinary model, and on the last response of a decoupled one. Appended to
+# an encoded ModelInferResponse (concatenated messages merge their parameters).
+FINAL = _final_parameter(True)
+NOT_FINAL = _final_parameter(False)
+
+
+def stream_error(message: str, request_id: str, model_name: str = "",
+                 final: bool | None = None) -> bytes:
+    """A ``ModelStreamInferResponse`` reporting an error, with ``infer_response`` as
+    tritonserver fills it: the request id alone for a request refused before it ran; the
+    model name and ``triton_final_response`` too (``final`` not None) for an error the
+    model's inference produced."""
+    inner = _string_field(b"\x0a", model_name) if model_name else b""
+    if request_id:
+        inner += _string_field(b"\x1a", request_id)
+    if final is not None:
+        inner += FINAL if final else NOT_FINAL
     return _string_field(b"\x0a", message) + b"\x12" + _varint(len(inner)) + inner
+
+
+def stream_empty_final(model_name: str, request_id: str) -> bytes:
+    """The response that only says "final" (``triton_enable_empty_final_response``): the
+    model name, the request id and ``triton_final_response`` true, no outputs (and, as
+    tritonserver sends it, no model version)."""
+    inner = _string_field(b"\x0a", model_name)
+    if request_id:
+        inner += _string_field(b"\x1a", request_id)
+    inner += FINAL
+    return b"\x12" + _varint(len(inner)) + inner

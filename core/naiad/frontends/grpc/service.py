@@ -2,16 +2,17 @@
 
 The servicer's methods are called on the gRPC server's threads (see :mod:`.listener`). A
 ``ModelInfer`` stays there: :meth:`InferenceServer.infer` hands the request to the model's
-scheduler and the handler thread waits on the future it returns (a client that cancels,
-or whose deadline passes, cancels that future when the scheduler holds requests).
-``ModelStreamInfer`` does the same for each request of the stream. Every other RPC is a
+scheduler and the handler thread waits on the future it returns. The request carries a
+:class:`~naiad.types.Cancellation` that a client who cancels, or whose deadline passes,
+cancels: a queued request is withdrawn, a running model can see it. A decoupled model is
+refused there (UNIMPLEMENTED, as tritonserver): its responses need ``ModelStreamInfer``
+(:mod:`.stream`), which serves decoupled and ordinary models alike. Every other RPC is a
 coroutine run on the event loop (:func:`_on_loop`), which owns the model repository.
 
 Every RPC turns an :class:`InferenceServerError` into the gRPC status that
 :func:`naiad.errors.grpc_status` maps it to, with the error's message; anything else
-becomes INTERNAL and the server keeps serving. ``ModelStreamInfer`` answers each request of
-the stream in order with a ``ModelStreamInferResponse``; a failed request puts its message
-in ``error_message`` and the stream goes on, as tritonserver does.
+becomes INTERNAL and the server keeps serving. In a stream, a failed request puts its
+message in ``error_message`` and the stream goes on, as tritonserver does.
 
 Endpoint restrictions (``--grpc-restricted-protocol``) are resolved when the servicer is
 built: each RPC of a restricted API group is replaced, on that instance, by a guard that
@@ -23,11 +24,9 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-import queue
 import threading
 from collections.abc import Callable, Iterator
-from concurrent.futures import CancelledError, Future
-from dataclasses import dataclass
+from concurrent.futures import CancelledError
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import grpc
@@ -37,17 +36,11 @@ from tritonclient.grpc import service_pb2, service_pb2_grpc
 from naiad import logs
 from naiad.errors import InferenceServerError, grpc_status, invalid_arg, unsupported
 from naiad.frontends.forwarding import header_forwarder
-from naiad.frontends.grpc.codec import (
-    ResponseEncoder,
-    ShmTargets,
-    decode_request,
-    params_to_dict,
-    stream_error,
-    stream_response,
-)
+from naiad.frontends.grpc.codec import ResponseEncoder, decode_request, params_to_dict
+from naiad.frontends.grpc.stream import Stream
 from naiad.frontends.restrictions import GRPCRequirement, Restriction, grpc_requirements
 from naiad.server import answer
-from naiad.types import InferenceRequest, InferenceResponse
+from naiad.types import Cancellation
 
 if TYPE_CHECKING:
     from naiad.server import InferenceServer
@@ -59,6 +52,8 @@ _INTERNAL = grpc.StatusCode.INTERNAL
 _NO_CUDA = "CUDA shared memory is not supported: this server has no GPU"
 # tritonserver's status for a call of a restricted API without the header (2.51).
 _REFUSED = grpc.StatusCode.UNAVAILABLE
+# tritonserver's answer (UNIMPLEMENTED) to ModelInfer on a decoupled model (2.51).
+_DECOUPLED_UNARY = "ModelInfer RPC doesn't support models with decoupled transaction policy"
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -80,18 +75,6 @@ def _on_loop(method: F) -> F:
                                      f"{type(exc).__name__}: {exc}")
 
     return wrapper  # type: ignore[return-value]
-
-
-@dataclass(slots=True)
-class _Streamed:
-    """One request of a ``ModelStreamInfer`` stream on its way: submitted (``future``), or
-    refused at once (``error``)."""
-
-    message: Any  # the ModelInferRequest, for its model name and id
-    request: InferenceRequest | None = None
-    to_shm: ShmTargets | None = None
-    future: Future[InferenceResponse] | None = None
-    error: str = ""
 
 
 def _guard(method: Callable[..., Any], requirement: GRPCRequirement) -> Callable[..., Any]:
@@ -146,18 +129,28 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
     def ModelInfer(self, request: Any, context: grpc.ServicerContext) -> bytes:
         # Returns the serialized ModelInferResponse (see listener.method_handlers).
         server = self.server
+        answered = False
         try:
             model = server.model(request.model_name, request.model_version)
+            if model.decoupled:
+                raise unsupported(f"{_DECOUPLED_UNARY} (model '{model.name}' is decoupled: "
+                                  f"use ModelStreamInfer)")
             infer_request, to_shm = decode_request(model.name, model.version, request,
                                                    self.shm)
             if self.forwarder is not None:
                 infer_request.parameters.update(
                     self.forwarder.from_grpc(context.invocation_metadata()))
+            cancellation = infer_request.cancellation = Cancellation()
+
+            def call_ended() -> None:
+                # gRPC runs this on cancel or deadline, and when the call is over: only
+                # the first two mean the client gave up on a request still running.
+                if not answered:
+                    cancellation.cancel()
+
             future = server.infer(model, infer_request)
-            # gRPC calls it on cancel or deadline, and once the call is over (then it is a
-            # no-op); False: the call is over already.
-            if model.scheduler.holds_requests and not context.add_callback(future.cancel):
-                future.cancel()
+            if not context.add_callback(call_ended):  # the call is over already
+                cancellation.cancel()
             response = answer(infer_request, future.result())
             return self.encoder.encode(infer_request, response, to_shm)
         except InferenceServerError as err:
@@ -169,76 +162,23 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
             log.exception("gRPC inference on model '%s' failed", request.model_name)
             context.abort(_INTERNAL, f"model '{request.model_name}': internal error: "
                                      f"{type(exc).__name__}: {exc}")
+        finally:
+            answered = True
         raise AssertionError("unreachable: context.abort raises")
 
     def ModelStreamInfer(self, request_iterator: Iterator[Any],
                          context: grpc.ServicerContext) -> Iterator[bytes]:
-        # Yields serialized ModelStreamInferResponses. Requests of one stream run
-        # concurrently: a reader thread takes them off the stream and submits each, while
-        # this generator waits for their answers and sends them, in request order.
-        answers: queue.SimpleQueue[_Streamed | None] = queue.SimpleQueue()
+        # Yields serialized ModelStreamInferResponses (see .stream): a reader thread takes
+        # requests off the stream and submits each, this generator sends their responses.
         # The stream's metadata comes once, with the call: every request of it gets it.
         forwarded = (None if self.forwarder is None
                      else self.forwarder.from_grpc(context.invocation_metadata()))
-        threading.Thread(target=self._read_stream, args=(request_iterator, answers, forwarded),
+        stream = Stream(self.server, self.encoder, forwarded)
+        if not context.add_callback(stream.call_ended):
+            return  # the call is over already
+        threading.Thread(target=stream.read, args=(request_iterator,),
                          name="naiad-grpc-stream", daemon=True).start()
-        try:
-            while (streamed := answers.get()) is not None:
-                yield self._stream_answer(streamed)
-        finally:
-            # The stream ended or broke: nobody will read what is still queued or running.
-            while True:
-                try:
-                    streamed = answers.get_nowait()
-                except queue.Empty:
-                    break
-                if streamed is not None and streamed.future is not None:
-                    streamed.future.cancel()
-
-    def _read_stream(self, requests: Iterator[Any], answers: queue.SimpleQueue[_Streamed | None],
-                     forwarded: dict[str, str] | None) -> None:
-        try:
-            for request in requests:
-                answers.put(self._stream_submit(request, forwarded))
-        except grpc.RpcError:
-            pass  # the client cancelled or the call ended: gRPC ends the stream
-        finally:
-            answers.put(None)
-
-    def _stream_submit(self, request: Any, forwarded: dict[str, str] | None) -> _Streamed:
-        server = self.server
-        streamed = _Streamed(request)
-        try:
-            model = server.model(request.model_name, request.model_version)
-            streamed.request, streamed.to_shm = decode_request(model.name, model.version,
-                                                               request, self.shm)
-            if forwarded:
-                streamed.request.parameters.update(forwarded)
-            streamed.future = server.infer(model, streamed.request)
-        except InferenceServerError as err:
-            streamed.error = err.message
-        except Exception as exc:
-            log.exception("gRPC stream inference on model '%s' failed", request.model_name)
-            streamed.error = (f"model '{request.model_name}': internal error: "
-                              f"{type(exc).__name__}: {exc}")
-        return streamed
-
-    def _stream_answer(self, streamed: _Streamed) -> bytes:
-        message = streamed.error
-        if streamed.future is not None:
-            assert streamed.request is not None
-            try:
-                response = answer(streamed.request, streamed.future.result())
-                return stream_response(self.encoder.encode(streamed.request, response,
-                                                           streamed.to_shm))
-            except InferenceServerError as err:
-                message = err.message
-            except Exception as exc:
-                log.exception("gRPC stream inference on model '%s' failed",
-                              streamed.message.model_name)
-                message = (f"model '{streamed.message.model_name}': internal error: "
-                           f"{type(exc).__name__}: {exc}")
-        return stream_error(message, streamed.message.id)
+        yield from stream.responses()
 
     # --- health and metadata ------------------------------------------------------------
 

@@ -3,7 +3,9 @@
 ``POST .../infer`` is matched by hand before Starlette's router: it is the one path whose
 per-request cost decides throughput. It awaits the future :meth:`InferenceServer.infer`
 returns through a :class:`naiad.futures.LoopWaiter` (one loop wake-up for answers that
-finish together). Every other endpoint is an ordinary Starlette route.
+finish together); a decoupled model is refused there (501, as tritonserver), its responses
+are for the generate extension (:mod:`.generate`). Every other endpoint is an ordinary
+Starlette route.
 
 Endpoint restrictions (``--http-restricted-api``) are resolved once, when the application
 is built: a route of a restricted API group checks the header before anything else (even
@@ -31,6 +33,7 @@ from naiad.errors import InferenceServerError, Status, http_status, invalid_arg
 from naiad.frontends.forwarding import header_forwarder
 from naiad.frontends.http.body import compress, decompress, pick_encoding, read_body
 from naiad.frontends.http.codec import HEADER_LENGTH, decode_request, encode_response, error_body
+from naiad.frontends.http.generate import GenerateEndpoint
 from naiad.frontends.restrictions import (
     HTTP_REFUSAL_STATUS,
     HTTPRequirement,
@@ -44,6 +47,10 @@ from naiad.types import InferenceResponse
 log = logging.getLogger("naiad.http")
 
 JSON = b"application/json"
+# tritonserver's answer to POST .../infer on a decoupled model (2.51: 501, this body).
+DECOUPLED_STATUS = 501
+DECOUPLED_REFUSAL = ("HTTP end point doesn't support models with decoupled transaction "
+                     "policy")
 _HEADER_LENGTH_BYTES = HEADER_LENGTH.encode()
 
 
@@ -177,6 +184,11 @@ class HTTPFrontend:
                 accept = value.decode("latin-1")
         try:
             model = server.model(model_name, version)
+            if model.decoupled:
+                await _send(send, DECOUPLED_STATUS, error_body(
+                    f"{DECOUPLED_REFUSAL} (model '{model_name}' is decoupled: use "
+                    f"generate_stream or gRPC ModelStreamInfer)"), None, None)
+                return
             body = await read_body(receive, content_length, self.limit)
             if encoding:
                 body = decompress(body, encoding, self.limit)
@@ -219,6 +231,9 @@ class HTTPFrontend:
     def _routes(self) -> list[Route]:
         get, post = None, ["POST"]  # None: Starlette's default, GET and HEAD
         get_or_post = ["GET", "POST"]
+        # ASGI applications: Starlette passes them the scope (path_params included) as is.
+        generate = GenerateEndpoint(self.server, streaming=False)
+        generate_stream = GenerateEndpoint(self.server, streaming=True)
         # (path, endpoint, methods, API group as tritonserver groups them)
         table = [
             ("/v2/health/live", self.live, get, "health"),
@@ -237,6 +252,12 @@ class HTTPFrontend:
             # POSTs never get here (__call__ takes them); other methods get Starlette's 405.
             ("/v2/models/{model}/infer", _unreachable, post, "inference"),
             ("/v2/models/{model}/versions/{version}/infer", _unreachable, post, "inference"),
+            # Triton's generate extension (its own module); in tritonserver's inference group.
+            ("/v2/models/{model}/generate", generate, post, "inference"),
+            ("/v2/models/{model}/versions/{version}/generate", generate, post, "inference"),
+            ("/v2/models/{model}/generate_stream", generate_stream, post, "inference"),
+            ("/v2/models/{model}/versions/{version}/generate_stream", generate_stream, post,
+             "inference"),
             ("/v2/repository/index", self.repository_index, post, "model-repository"),
             ("/v2/repository/models/{model}/load", self.load, post, "model-repository"),
             ("/v2/repository/models/{model}/unload", self.unload, post, "model-repository"),

@@ -1,0 +1,249 @@
+"""``ModelStreamInfer``: one bidirectional stream, any number of requests in flight on it.
+
+A reader thread takes requests off the stream and hands each to
+:meth:`InferenceServer.stream`; the handler's generator (:meth:`Stream.responses`) sends
+what comes back. As tritonserver 2.51 does (tests/compat/TRITON_OBSERVED.md, "Streaming"):
+
+- every response a decoupled model sends is a ``ModelStreamInferResponse`` as soon as it
+  comes, whatever the order of the requests, with ``triton_final_response`` false, and true
+  on the last one. The final flag alone is sent (as an empty response: model name, request
+  id, ``triton_final_response`` true) only when the request set the bool parameter
+  ``triton_enable_empty_final_response``, which the model never sees;
+- the answer to an ordinary model's request carries ``triton_final_response`` true, and
+  answers of ordinary models (and refusals) go out in request order;
+- an error puts its message in ``error_message`` and the stream goes on: a request refused
+  before it ran gets only its id in ``infer_response``, an error the model's inference
+  produced also gets the model name and ``triton_final_response``.
+
+Each request gets a :class:`~naiad.types.Cancellation`: when the call ends before its
+requests did (the client cancelled, the deadline passed, the connection broke), those
+still running are cancelled, so a model that looks (``request.is_cancelled()``) can stop,
+and queued ones never run.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from collections import deque
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+import grpc
+
+from naiad.errors import InferenceServerError, invalid_arg
+from naiad.frontends.grpc.codec import (
+    FINAL,
+    NOT_FINAL,
+    ResponseEncoder,
+    ShmTargets,
+    decode_request,
+    stream_empty_final,
+    stream_error,
+    stream_response,
+)
+from naiad.types import Cancellation, InferenceRequest, InferenceResponse
+
+if TYPE_CHECKING:
+    from naiad.server import InferenceServer
+
+log = logging.getLogger("naiad.grpc")
+
+EMPTY_FINAL_PARAMETER = "triton_enable_empty_final_response"
+# What goes on the stream's queue besides (entry, response, final) triples.
+_READER_DONE = object()  # the client sent its last request (or the call broke)
+_CALL_ENDED = object()  # the call ended before its requests did: stop sending
+
+
+class _Entry:
+    """One request of the stream and what is known of it so far."""
+
+    __slots__ = ("answer", "cancellation", "decoupled", "empty_final", "model_name",
+                 "queue", "refusal", "request", "request_id", "to_shm")
+
+    def __init__(self, message: Any, answers: queue.SimpleQueue[Any]) -> None:
+        self.model_name: str = message.model_name
+        self.request_id: str = message.id
+        self.queue = answers
+        self.request: InferenceRequest | None = None
+        self.to_shm: ShmTargets | None = None
+        self.decoupled = False
+        self.empty_final = False
+        self.cancellation: Cancellation | None = None
+        #: the message of an error that refused the request before it ran
+        self.refusal = ""
+        #: an ordinary model's answer, held until the answers before it are sent
+        self.answer: tuple[InferenceResponse | None, bool] | None = None
+
+    def deliver(self, response: InferenceResponse | None, final: bool) -> None:
+        """``on_response`` of :meth:`InferenceServer.stream`: any thread, under the
+        request's sender lock, so only a queue put."""
+        self.queue.put((self, response, final))
+
+
+def _empty_final_wanted(request: InferenceRequest) -> bool:
+    """Take ``triton_enable_empty_final_response`` out of the request's parameters (it is
+    for the frontend, not the model); it must be a bool, as tritonserver checks."""
+    if EMPTY_FINAL_PARAMETER not in request.parameters:
+        return False
+    value = request.parameters.pop(EMPTY_FINAL_PARAMETER)
+    if not isinstance(value, bool):
+        raise invalid_arg(f"invalid value type for '{EMPTY_FINAL_PARAMETER}' parameter, "
+                          f"expected bool_param (model '{request.model_name}')")
+    return value
+
+
+class Stream:
+    """The state of one ``ModelStreamInfer`` call. :meth:`read` runs on a thread of its
+    own; :meth:`responses` is the handler's generator; :meth:`call_ended` is the call's
+    termination callback."""
+
+    def __init__(self, server: InferenceServer, encoder: ResponseEncoder,
+                 forwarded: dict[str, str] | None) -> None:
+        self.server = server
+        self.encoder = encoder
+        self.forwarded = forwarded
+        self.queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        # Entries whose answers go out in request order (ordinary models, refusals); the
+        # reader appends, the generator pops from the left (deque ends are thread-safe).
+        self.ordered: deque[_Entry] = deque()
+        # Requests submitted and not finished, for cancelling them when the call breaks.
+        self.running: set[_Entry] = set()
+        self.lock = threading.Lock()
+        self.submitted = 0  # written by the reader only
+        self.finished = 0  # written by the generator only
+        self.over = False  # every request was answered and the generator returned
+
+    # --- the reader thread --------------------------------------------------------------
+
+    def read(self, requests: Iterator[Any]) -> None:
+        try:
+            for message in requests:
+                # Counted before any answer of it can be queued.
+                self.submitted += 1
+                self._submit(message)
+        except grpc.RpcError:
+            pass  # the client cancelled or the call ended: call_ended does the rest
+        except Exception:  # a bug must not leave the generator waiting forever
+            log.exception("reading a gRPC stream failed")
+        finally:
+            self.queue.put(_READER_DONE)
+
+    def _submit(self, message: Any) -> None:
+        server = self.server
+        entry = _Entry(message, self.queue)
+        try:
+            model = server.model(message.model_name, message.model_version)
+            request, entry.to_shm = decode_request(model.name, model.version, message,
+                                                   server.shared_memory)
+            entry.empty_final = _empty_final_wanted(request)
+            if self.forwarded:
+                request.parameters.update(self.forwarded)
+        except Exception as exc:
+            self._refuse(entry, exc)
+            return
+        entry.request = request
+        entry.decoupled = model.decoupled
+        request.cancellation = entry.cancellation = Cancellation()
+        if not entry.decoupled:
+            self.ordered.append(entry)
+        with self.lock:
+            self.running.add(entry)
+        try:
+            server.stream(model, request, entry.deliver)
+        except Exception as exc:
+            with self.lock:
+                self.running.discard(entry)
+            self._refuse(entry, exc, queued=not entry.decoupled)
+
+    def _refuse(self, entry: _Entry, exc: Exception, queued: bool = False) -> None:
+        if isinstance(exc, InferenceServerError):
+            entry.refusal = exc.message
+        else:
+            log.exception("gRPC stream inference on model '%s' failed", entry.model_name)
+            entry.refusal = (f"model '{entry.model_name}': internal error: "
+                             f"{type(exc).__name__}: {exc}")
+        if not queued and not entry.decoupled:
+            self.ordered.append(entry)
+        self.queue.put((entry, None, True))
+
+    # --- the call ----------------------------------------------------------------------
+
+    def call_ended(self) -> None:
+        """The call is over (gRPC runs this once, on any thread): unless every request was
+        answered, cancel those still running and stop the generator."""
+        if not self.over:
+            self._cancel_running()
+            self.queue.put(_CALL_ENDED)
+
+    def _cancel_running(self) -> None:
+        with self.lock:
+            running, self.running = self.running, set()
+        for entry in running:
+            if entry.cancellation is not None:
+                entry.cancellation.cancel()
+
+    # --- the handler's generator --------------------------------------------------------
+
+    def responses(self) -> Iterator[bytes]:
+        """The serialized ``ModelStreamInferResponse`` messages, until the client has sent
+        its last request and every request is answered (or the call ends)."""
+        reader_done = False
+        get = self.queue.get
+        try:
+            while True:
+                item = get()
+                if item is _READER_DONE:
+                    reader_done = True
+                elif item is _CALL_ENDED:
+                    return
+                else:
+                    entry, response, final = item
+                    if final:
+                        self.finished += 1
+                        with self.lock:
+                            self.running.discard(entry)
+                    if entry.decoupled:
+                        message = self._encode(entry, response, final)
+                        if message is not None:
+                            yield message
+                    else:
+                        entry.answer = (response, final)
+                        ordered = self.ordered
+                        while ordered and ordered[0].answer is not None:
+                            head = ordered.popleft()
+                            message = self._encode(head, *head.answer)  # type: ignore[misc]
+                            if message is not None:
+                                yield message
+                if reader_done and self.finished == self.submitted:
+                    self.over = True
+                    return
+        finally:
+            if not self.over:  # the call broke, or grpc closed this generator
+                self._cancel_running()
+
+    def _encode(self, entry: _Entry, response: InferenceResponse | None,
+                final: bool) -> bytes | None:
+        """The message for one response of ``entry`` (None: nothing to send)."""
+        if entry.refusal:
+            return stream_error(entry.refusal, entry.request_id)
+        if response is None:  # the final flag alone
+            if entry.empty_final:
+                return stream_empty_final(entry.model_name, entry.request_id)
+            return None
+        if response.error is not None:
+            return stream_error(response.error.message, entry.request_id, entry.model_name,
+                                final)
+        assert entry.request is not None
+        try:
+            body = self.encoder.encode(entry.request, response, entry.to_shm)
+        except InferenceServerError as err:  # e.g. an output too large for its region
+            return stream_error(err.message, entry.request_id, entry.model_name, final)
+        except Exception as exc:
+            log.exception("encoding a stream response of model '%s' failed",
+                          entry.model_name)
+            return stream_error(f"model '{entry.model_name}': internal error: "
+                                f"{type(exc).__name__}: {exc}", entry.request_id,
+                                entry.model_name, final)
+        return stream_response(body + (FINAL if final else NOT_FINAL))
