@@ -208,6 +208,8 @@ def _options(args: argparse.Namespace) -> tuple[ServerOptions, Listeners]:
         model_load_thread_count=args.model_load_thread_count,
         model_load_retry_count=args.model_load_retry_count,
         repository_poll_secs=args.repository_poll_secs,
+        histogram_latencies=tritonserver_flags.parse_bool(tritonserver_flags.metrics_settings(
+            args.metrics_config).get("histogram_latencies", "false")),
     )
     listeners = Listeners(
         http_address=args.http_address, http_port=args.http_port, allow_http=args.allow_http,

@@ -26,6 +26,7 @@ from naiad import __version__
 from naiad.datatypes import config_to_datatype
 from naiad.errors import InferenceServerError, Status, invalid_arg, unavailable, unsupported
 from naiad.futures import LightFuture
+from naiad.histogram import Histogram
 from naiad.models.manager import LoadOptions, ModelManager, ModelVersion
 from naiad.models.poller import RepositoryPoller
 from naiad.plugins import PluginManager
@@ -42,6 +43,7 @@ from naiad.types import (
 log = logging.getLogger("naiad.server")
 
 MIB = 1024 * 1024
+NS_PER_MS = 1_000_000
 _SHUTTING_DOWN = "the server is shutting down and accepts no new requests"
 # How often shutdown looks whether the requests in flight have finished.
 IDLE_POLL_S = 0.01
@@ -105,6 +107,8 @@ class ServerOptions:
     model_load_retry_count: int = 0
     # --model-control-mode=poll: seconds between two scans of the repositories.
     repository_poll_secs: int = 15
+    # --metrics-config histogram_latencies=true: nv_inference_first_response_histogram_ms.
+    histogram_latencies: bool = False
 
 
 class InferenceServer:
@@ -125,6 +129,7 @@ class InferenceServer:
             load_retry_count=options.model_load_retry_count,
             max_instances=options.max_instances_per_model,
             track_files=options.model_control_mode == "poll",
+            histogram_latencies=options.histogram_latencies,
         ))
         self.poller: RepositoryPoller | None = None
         if options.model_control_mode == "poll":
@@ -272,6 +277,8 @@ class InferenceServer:
             future = self.infer(model, request) if not internal else self._submit(model, request)
             future.add_done_callback(lambda done: on_response(_outcome(request, done), True))
             return future
+        if model.first_response is not None:  # histogram_latencies: nothing to do otherwise
+            on_response = _timing_first_response(model.first_response, request, on_response)
 
         def deliver(response: InferenceResponse | None, final: bool) -> None:
             if response is not None and response.error is None:
@@ -459,6 +466,23 @@ def _outcome(request: InferenceRequest, done: Future[InferenceResponse]) -> Infe
             f"model '{request.model_name}': internal error: {type(exc).__name__}: {exc}",
             Status.INTERNAL))
     return response if response.error is not None else _pruned(request, response)
+
+
+def _timing_first_response(histogram: Histogram, request: InferenceRequest,
+                           on_response: ResponseCallback) -> ResponseCallback:
+    """``on_response`` that first records the milliseconds from the request's arrival to
+    its first response (whole milliseconds, as Triton counts them; the final flag alone is
+    no response)."""
+    waiting = True
+
+    def timed(response: InferenceResponse | None, final: bool) -> object:
+        nonlocal waiting
+        if waiting and response is not None:  # the sender's lock orders the calls
+            waiting = False
+            histogram.observe((time.perf_counter_ns() - request.arrival_ns) // NS_PER_MS)
+        return on_response(response, final)
+
+    return timed
 
 
 def _end_stream(sender: ResponseSender, done: Future[InferenceResponse]) -> None:

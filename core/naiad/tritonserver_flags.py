@@ -9,7 +9,8 @@ is known here or in :mod:`naiad.cli`. Two kinds live here:
 - **refused**: features naiad does not implement (tracing, the response cache, the rate
   limiter, SageMaker and Vertex AI endpoints, model namespacing). Their default (off) is
   accepted; any other value stops start-up with the reason, rather than serving without a
-  feature the operator asked for.
+  feature the operator asked for. A repeatable flag may have values naiad implements
+  (``--metrics-config histogram_latencies=true``): those are accepted.
 
 docs/compatibility.md lists both.
 """
@@ -38,6 +39,9 @@ class Refused(NamedTuple):
     reason: str
     parse: Callable[[str], Any] = str
     repeatable: bool = False
+    #: for a repeatable flag: which of its values naiad implements (those are accepted;
+    #: None: none is)
+    implemented: Callable[[str], bool] | None = None
 
 
 INERT = (
@@ -85,6 +89,26 @@ def parse_bool(value: str) -> bool:
     raise argparse.ArgumentTypeError(f"expected true or false, got '{value}'")
 
 
+def metrics_settings(values: list[str] | None) -> dict[str, str]:
+    """``--metrics-config KEY=VALUE`` values as a dict (the last one of a key wins)."""
+    settings = {}
+    for value in values or ():
+        key, _, setting = value.partition("=")
+        settings[key.strip()] = setting.strip()
+    return settings
+
+
+def _implemented_metrics_setting(value: str) -> bool:
+    key, equals, setting = value.partition("=")
+    try:
+        enabled = parse_bool(setting)
+    except argparse.ArgumentTypeError:
+        return False
+    key = key.strip()
+    return bool(equals) and (key == "histogram_latencies"
+                             or (key == "counter_latencies" and enabled))
+
+
 REFUSED = (
     Refused("--allow-sagemaker", "BOOL", False, "naiad has no SageMaker endpoint", parse_bool),
     Refused("--allow-vertex-ai", "BOOL", False, "naiad has no Vertex AI endpoint", parse_bool),
@@ -105,8 +129,11 @@ REFUSED = (
     Refused("--rate-limit-resource", "NAME:COUNT[:DEVICE]", None,
             "naiad does not implement the rate limiter yet", repeatable=True),
     Refused("--metrics-config", "KEY=VALUE", None,
-            "naiad does not implement metrics settings yet", repeatable=True),
+            "naiad implements histogram_latencies (true or false) and counter_latencies=true (the "
+            "default); not summary latencies, nor counter_latencies=false",
+            repeatable=True, implemented=_implemented_metrics_setting),
 )
+
 
 
 def _dest(flag: str) -> str:
@@ -134,6 +161,8 @@ def refusals(args: argparse.Namespace) -> list[str]:
     messages = []
     for rule in REFUSED:
         value = getattr(args, _dest(rule.flag))
+        if value is not None and rule.implemented is not None:
+            value = [item for item in value if not rule.implemented(item)] or None
         if value is None or value == rule.default:
             continue
         shown = ", ".join(map(str, value)) if isinstance(value, list) else value

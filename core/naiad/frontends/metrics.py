@@ -11,12 +11,15 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from naiad.custom_metrics import CustomMetrics, MetricKind
+from naiad.frontends import prometheus_text
 from naiad.frontends.gpu_metrics import GPUMetrics
 from naiad.models.manager import ModelVersion
 from naiad.server import InferenceServer
 from naiad.stats import ModelStats
 
 NS_PER_US = 1000
+FIRST_RESPONSE = "nv_inference_first_response_histogram_ms"
 # Triton's failure reasons; naiad counts a request as failed only when its model failed it.
 FAILURE_REASONS = ("BACKEND", "CANCELED", "OTHER", "REJECTED")
 
@@ -97,6 +100,35 @@ def _restarts(version: ModelVersion) -> int:
                if worker.instance is not None)
 
 
+def _first_responses(lines: list[str], versions: list[ModelVersion]) -> None:
+    """nv_inference_first_response_histogram_ms of the versions that record it (decoupled
+    models, with ``--metrics-config histogram_latencies=true``)."""
+    timed = [(v, v.first_response) for v in versions if v.first_response is not None]
+    if not timed:
+        return
+    prometheus_text.family_header(lines, FIRST_RESPONSE, "Duration from request to first "
+                                  "response in milliseconds", "histogram")
+    for version, histogram in timed:
+        prometheus_text.histogram(lines, FIRST_RESPONSE, [("model", version.name),
+                                                          ("version", str(version.version))],
+                                  histogram.snapshot())
+
+
+def _custom(lines: list[str], metrics: CustomMetrics) -> None:
+    """The families models defined (Python models' ``pb_utils.MetricFamily``)."""
+    for family in metrics.snapshot():
+        prometheus_text.family_header(lines, family.name, family.description,
+                                      family.kind.value)
+        if family.kind is MetricKind.HISTOGRAM:
+            for labels, histogram in family.samples:
+                prometheus_text.histogram(lines, family.name, labels,
+                                          histogram)  # type: ignore[arg-type]
+        else:
+            for labels, value in family.samples:
+                prometheus_text.sample(lines, family.name, labels,
+                                       value)  # type: ignore[arg-type]
+
+
 def render_metrics(server: InferenceServer, cpu: CpuUtilization | None,
                    gpu: GPUMetrics | None = None) -> str:
     """The Prometheus text exposition of every loaded model version, of the GPUs NVML sees
@@ -129,6 +161,8 @@ def render_metrics(server: InferenceServer, cpu: CpuUtilization | None,
             "process ended)", "counter")
     lines.extend(f'naiad_instance_restarts_total{{model="{v.name}",version="{v.version}"}}'
                  f' {_restarts(v)}' for v in versions)
+    _first_responses(lines, versions)
+    _custom(lines, server.models.custom_metrics)
     if gpu is not None:
         gpu.render(lines, _family)
     if cpu is None:

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
+from naiad.custom_metrics import ModelMetrics
 from naiad.errors import InferenceServerError, Status
 from naiad.models.warmup import warm_up, warmup_samples
 from naiad.scheduling.worker import InstanceWorker
@@ -19,7 +20,8 @@ from naiad.types import Backend, InferenceClient, InstanceInfo, ModelContext
 async def load_version(backend: Backend, name: str, version: int, path: Path,
                        config: ModelConfig, instances: list[InstanceInfo],
                        backend_config: dict[str, str],
-                       server: InferenceClient | None = None) -> list[InstanceWorker]:
+                       server: InferenceClient | None = None,
+                       metrics: ModelMetrics | None = None) -> list[InstanceWorker]:
     """Create every instance of a model version in parallel, each on the thread it will run
     on. If one fails, the others are stopped and the error names the model and instance."""
     context = ModelContext(
@@ -32,6 +34,7 @@ async def load_version(backend: Backend, name: str, version: int, path: Path,
         backend_config=backend_config,
         loop=asyncio.get_running_loop(),
         server=server,
+        metrics=metrics,
     )
     samples = warmup_samples(name, version, config, path)
     workers = [InstanceWorker(info, name) for info in instances]

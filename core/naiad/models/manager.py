@@ -21,7 +21,9 @@ from naiad.config.parse import load_config_file
 from naiad.config.platforms import ENSEMBLE, resolve_backend
 from naiad.config.render import config_to_json
 from naiad.config.validate import validate_config
+from naiad.custom_metrics import CustomMetrics, ModelMetrics
 from naiad.errors import InferenceServerError, Status, invalid_arg, not_found, unavailable
+from naiad.histogram import Histogram
 from naiad.models.instances import expand_instance_groups
 from naiad.models.loader import load_version, stop_workers
 from naiad.models.signature import ModelSignature
@@ -35,6 +37,8 @@ from naiad.types import InferenceClient
 log = logging.getLogger("naiad.models")
 
 READY, UNAVAILABLE, LOADING, UNLOADING = "READY", "UNAVAILABLE", "LOADING", "UNLOADING"
+#: Triton's default buckets of nv_inference_first_response_histogram_ms (milliseconds).
+FIRST_RESPONSE_BUCKETS_MS = (100, 500, 2000, 5000)
 
 # The names a :meth:`ModelManager.load_many` call has tried so far (shared by the tasks it
 # starts): a model loaded meanwhile as an ensemble's step is not loaded a second time.
@@ -60,6 +64,11 @@ class ModelVersion:
     #: ``model_transaction_policy { decoupled: true }``: the model sends any number of
     #: responses per request (see :meth:`InferenceServer.stream`)
     decoupled: bool = False
+    #: milliseconds from a request's arrival to its first response, for a decoupled model
+    #: with ``--metrics-config histogram_latencies=true`` (None otherwise: nothing recorded)
+    first_response: Histogram | None = None
+    #: the version's custom metrics (``ModelContext.metrics``), deleted when it unloads
+    metrics: ModelMetrics | None = None
 
 
 @dataclass(slots=True)
@@ -93,6 +102,9 @@ class LoadOptions:
     # --model-control-mode=poll: remember each version's files, so that a poll can keep
     # serving a version whose files did not change (a stat per file at every load)
     track_files: bool = False
+    # --metrics-config histogram_latencies=true: decoupled versions get a first-response
+    # histogram (nv_inference_first_response_histogram_ms)
+    histogram_latencies: bool = False
 
     def settings_for(self, backend: str) -> dict[str, str]:
         """The ``--backend-config`` settings one backend sees: the shared ones, overridden
@@ -120,6 +132,8 @@ class ModelManager:
         self._unloaded_with: dict[str, set[str]] = {}
         #: what models that call other models (BLS) get (set by the server)
         self.client: InferenceClient | None = None
+        #: where models' custom metrics live (each version gets its view)
+        self.custom_metrics = CustomMetrics()
 
     # --- the request path ---------------------------------------------------------------
 
@@ -442,6 +456,8 @@ class ModelManager:
                 continue
             await loaded.scheduler.drain()
             await stop_workers(loaded.context.workers)
+            if loaded.metrics is not None:  # after finalize, which may still update them
+                loaded.metrics.close()
 
     # --- loading ------------------------------------------------------------------------
 
@@ -531,14 +547,19 @@ class ModelManager:
     async def _load_version(self, name: str, version: int, path: Path, config: ModelConfig,
                             config_json: dict) -> ModelVersion:
         stats = ModelStats(name, version)
+        metrics = self.custom_metrics.for_model(name, version)
         if config.platform == ENSEMBLE:
             workers = []  # an ensemble's steps run on their own models' instances
         else:
             backend_config = self.options.settings_for(config.backend)
             backend = self.plugins.backend(config.backend, backend_config)
             instances = expand_instance_groups(name, config, self.options.max_instances)
-            workers = await load_version(backend, name, version, path, config, instances,
-                                         backend_config, self.client)
+            try:
+                workers = await load_version(backend, name, version, path, config, instances,
+                                             backend_config, self.client, metrics)
+            except BaseException:
+                metrics.close()  # what a failed initialize made goes with it
+                raise
         context = SchedulingContext(name, version, config, workers, stats, models=self.get,
                                     model_dir=path)
         try:
@@ -546,13 +567,17 @@ class ModelManager:
             scheduler = factory(context)
         except Exception as exc:
             await stop_workers(workers)
+            metrics.close()
             if isinstance(exc, InferenceServerError):
                 raise
             raise InferenceServerError(f"model '{name}': scheduler failed: {exc}",
                                        Status.INTERNAL) from exc
+        decoupled = config.model_transaction_policy.decoupled
         return ModelVersion(name, version, config, ModelSignature(name, config), scheduler,
-                            context, stats, config_json,
-                            decoupled=config.model_transaction_policy.decoupled)
+                            context, stats, config_json, decoupled=decoupled,
+                            first_response=Histogram(FIRST_RESPONSE_BUCKETS_MS)
+                            if decoupled and self.options.histogram_latencies else None,
+                            metrics=metrics)
 
 
 def _reason(record: ModelRecord) -> str:

@@ -29,8 +29,11 @@ from naiad_backend_python.environment import (
 from naiad_backend_python.inprocess import InProcessInstance
 from naiad_backend_python.isolated.channel import RegionPolicy, WorkerDied
 from naiad_backend_python.isolated.instance import IsolatedInstance
+from naiad_backend_python.isolated.metrics import MetricsHandler
 from naiad_backend_python.isolated.process import Launch, WorkerProcess
+from naiad_backend_python.metrics import DirectMetrics
 from naiad_backend_python.settings import IN_PROCESS, PythonBackendSettings
+from naiad_backend_python.stub import naiad_stub_metrics as stub_metrics
 from naiad_backend_python.stub import naiad_stub_runner as runner
 
 log = logging.getLogger("naiad.backend.python")
@@ -119,10 +122,13 @@ class PythonBackend(Backend):
                                       context.version, name)
         outputs = [output.name for output in config.output]
         if self.settings.mode_of(config) == IN_PROCESS:
+            # The instance's thread (this one) makes its model's metric families.
+            stub_metrics.use(DirectMetrics(context.metrics, instance.name))
             return InProcessInstance(str(model_file), args, outputs, context.server)
         init = {"op": "init", "model_file": str(model_file), "args": args, "outputs": outputs}
         return IsolatedInstance(self._launch(name, context.model_dir, config), init, name,
-                                instance.name, self.settings, context.loop, context.server)
+                                instance.name, self.settings, context.loop, context.server,
+                                {"metric": MetricsHandler(context.metrics, instance.name).handle})
 
     def _launch(self, model_name: str, model_dir: Path, config: ModelConfig) -> Launch:
         """The interpreter and environment a worker of this model starts with."""

@@ -938,18 +938,12 @@ _LEVELS = {
 }
 
 
-# --- not supported yet ------------------------------------------------------------------
+# --- custom metrics (naiad_stub_metrics; imported here, after TritonModelException) --------
 
-
-class MetricFamily:
-    """Custom metrics: not supported yet (constructing one raises)."""
-
-    COUNTER = 0
-    GAUGE = 1
-    HISTOGRAM = 2
-
-    def __init__(self, name: str, description: str, kind: int) -> None:
-        raise _unsupported("Custom metrics (MetricFamily)")
+if __package__:
+    from .naiad_stub_metrics import MetricFamily as MetricFamily
+else:
+    from naiad_stub_metrics import MetricFamily as MetricFamily
 
 
 def load_model(model_name: str, config: str = "", files: dict[str, bytes] | None = None) -> None:
