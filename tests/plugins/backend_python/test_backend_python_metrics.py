@@ -17,12 +17,10 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from naiad.testing import ServerProcess, naiad_server
 
-# (execution mode, where the models make their families). A worker's questions during
-# initialize need the worker channel to serve them before the model is ready (the lead's
-# WorkerChannel.call): until then that case fails, and the marker says so.
+# (execution mode, where the models make their families): a worker's questions during
+# initialize are answered while the server waits for its "ready" (WorkerChannel.call).
 SETUPS = [
-    pytest.param(("isolated", "initialize"), id="isolated", marks=pytest.mark.xfail(
-        strict=True, reason="WorkerChannel.call answers no worker question during init yet")),
+    pytest.param(("isolated", "initialize"), id="isolated"),
     pytest.param(("isolated", "execute"), id="isolated-made-in-execute"),
     pytest.param(("in_process", "initialize"), id="in_process"),
 ]

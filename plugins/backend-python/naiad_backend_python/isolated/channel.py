@@ -110,32 +110,45 @@ class WorkerChannel:
 
     def call(self, header: dict) -> dict:
         """Send one message and return the worker's answer (its log messages on the way
-        are logged). Only before :meth:`start_reading`. Raises :class:`WorkerDied`."""
+        are logged, and its questions answered: a model may make custom metrics in
+        ``initialize``). Only before :meth:`start_reading`. Raises :class:`WorkerDied`."""
         try:
             self.connection.send(header)
             while True:
-                reply, _payload, fds = self.connection.receive()
-                for fd in fds:  # the worker never sends descriptors
-                    os.close(fd)
-                if reply.get("op") != "log":
+                reply, payload, fds = self.connection.receive()
+                op = reply.get("op")
+                calls = self.calls
+                if calls is not None and calls.handles(str(op)):
+                    calls.handle(reply, payload, fds)
+                    continue
+                wire.close_fds(fds)  # no answer brings descriptors
+                if op != "log":
                     return reply
                 self._log(reply)
         except (wire.PeerGone, OSError) as exc:
             raise WorkerDied(str(exc)) from None
 
+    def serve_calls(self, server: InferenceClient | None,
+                    handlers: dict[str, Handler] | None = None) -> None:
+        """From now on, answer the worker's calls (``isolated/calls.py``): ``server`` is
+        what the model's BLS calls reach; ``handlers`` serve further questions, by ``op``."""
+        self.calls = ServerCalls(server, self._send, self.regions.directory,
+                                 self.regions.inline_max, handlers)
+
+    def _send(self, header: dict, buffers: Sequence[memoryview] = (),
+              fds: Sequence[int] = ()) -> None:
+        """Send from any thread: through the loop transport once reading started (never
+        blocking), before that through the connection."""
+        send = self._send_frame or self.connection.send
+        send(header, buffers, fds)
+
     # --- batches ------------------------------------------------------------------------
 
-    def start_reading(self, loop: asyncio.AbstractEventLoop | None,
-                      server: InferenceClient | None = None,
-                      handlers: dict[str, Handler] | None = None) -> None:
+    def start_reading(self, loop: asyncio.AbstractEventLoop | None) -> None:
         """From now on, answers are read on ``loop`` (``transport.py``), or by a thread of
-        this channel's own when there is no loop (a backend used outside a server).
-        ``server``: what the model's BLS calls reach; ``handlers``: further questions the
-        worker may ask, by ``op`` (see :class:`ServerCalls`)."""
+        this channel's own when there is no loop (a backend used outside a server)."""
         if loop is None:
             self._send_frame = self.connection.send
-            self.calls = ServerCalls(server, self._send_frame, self.regions.directory,
-                                     self.regions.inline_max, handlers)
             self._reader = threading.Thread(target=self._read, daemon=True,
                                             name=f"naiad-read-{self.instance_name}")
             self._reader.start()
@@ -145,8 +158,6 @@ class WorkerChannel:
                                   buffered, fds)
         self._transport = transport
         self._send_frame = transport.send
-        self.calls = ServerCalls(server, self._send_frame, self.regions.directory,
-                                 self.regions.inline_max, handlers)
         transport.start()
 
     @property

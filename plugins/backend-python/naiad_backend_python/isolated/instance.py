@@ -156,6 +156,7 @@ class IsolatedInstance(ModelInstance):
     def _start(self) -> WorkerProcess:
         """A new worker with the model initialized in it."""
         worker = WorkerProcess(self.launch, self.model_name, self.instance_name, self.regions)
+        worker.channel.serve_calls(self.server, self.handlers)
         try:
             reply = worker.channel.call({**self.init_message, "protocol": wire.PROTOCOL_VERSION,
                                          "log_level": min(logging.INFO,
@@ -179,7 +180,7 @@ class IsolatedInstance(ModelInstance):
         log.info("model '%s' instance '%s': worker process %d runs Python %s (%s)",
                  self.model_name, self.instance_name, worker.pid, reply.get("python_version"),
                  reply.get("python"))
-        worker.channel.start_reading(self.loop, self.server, self.handlers)
+        worker.channel.start_reading(self.loop)
         return worker
 
     def _watch(self) -> None:
