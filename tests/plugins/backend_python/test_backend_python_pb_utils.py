@@ -299,3 +299,11 @@ def test_logger_writes_to_naiad_model(caplog):
         ("ERROR", "err"), ("DEBUG", "verbose")]
     assert {r.name for r in caplog.records} == {"naiad.model"}
     assert {r.filename for r in caplog.records} == {"test_backend_python_pb_utils.py"}
+
+
+def test_a_bls_model_name_may_be_bytes():
+    # Triton's bls example reads the name from a BYTES tensor: as_numpy()[0] is bytes.
+    request = pb_utils.InferenceRequest(model_name=np.array([b"add_sub"], dtype=object)[0],
+                                        request_id=b"r")
+    assert pb_utils._describe_call(request)["model_name"] == "add_sub"
+    assert request.request_id() == "r"

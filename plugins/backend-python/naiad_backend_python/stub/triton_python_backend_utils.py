@@ -346,9 +346,10 @@ class InferenceRequest:
         self._inputs = list(inputs)
         self._output_names = None
         self._requested = set(requested_output_names)
-        self._request_id = request_id
+        # Triton's C++ side takes bytes for a str (a name read from a BYTES tensor).
+        self._request_id = _text(request_id)
         self._correlation_id = correlation_id
-        self._model_name = model_name
+        self._model_name = _text(model_name)
         self._model_version = model_version
         self._flags = flags
         self._timeout = timeout
@@ -702,6 +703,11 @@ def _call_response(outputs: Iterable[tuple[str, str, np.ndarray]],
                                   for name, datatype, array in outputs])
     response._parameters = parameters or None
     return response
+
+
+def _text(value: Any) -> Any:
+    """A str given as bytes (``np.bytes_`` too), decoded as UTF-8; anything else as is."""
+    return value.decode("utf-8") if isinstance(value, bytes) else value
 
 
 def _check_parameters(parameters: dict[str, Any]) -> None:
