@@ -39,8 +39,11 @@ link: Optional[ServerLink] = None
 class ServerLink:
     """The worker's end of its calls to the server."""
 
-    def __init__(self, connection: wire.Connection, region_dir: str, inline_max: int) -> None:
+    def __init__(self, connection: wire.Connection, region_dir: str, inline_max: int,
+                 on_ask: Callable[[], None] = lambda: None) -> None:
         self.connection = connection
+        # Called before each question: the worker makes sure someone reads the answer.
+        self.on_ask = on_ask
         # Where tensors of at least ``inline_max`` bytes are put for the server to map.
         self.region_dir = region_dir
         self.inline_max = inline_max
@@ -59,6 +62,7 @@ class ServerLink:
         with self._lock:
             number = next(self._numbers)
             self._waiting[number] = on_answer
+        self.on_ask()
         self.connection.send(dict(header, call=number), buffers, fds)
         return number
 

@@ -33,6 +33,7 @@ import logging
 import os
 import platform
 import queue
+import select
 import signal
 import socket
 import sys
@@ -49,6 +50,11 @@ import triton_python_backend_utils as pb_utils
 
 # How often the worker looks whether the server is still there.
 PARENT_POLL_S = 1.0
+# How often the helper thread looks whether a job has run long enough to need a reader
+# (cancellations arrive within about twice this), and after how long without a job it
+# sleeps until the next one starts.
+HELPER_POLL_S = 0.002
+HELPER_SLEEP_AFTER_S = 0.1
 
 
 class _Input:
@@ -125,7 +131,8 @@ class _ForwardToServer(logging.Handler):
             pass
 
 
-_STOP = None
+# What ends serve(): the server went away, or the model was finalized.
+_STOP: Any = object()
 
 
 class Worker:
@@ -134,64 +141,171 @@ class Worker:
         self.model: runner.ModelRunner | None = None
         self.region: wire.Region | None = None
         self.link: calls.ServerLink | None = None
-        # (header, payload, region) for the model's thread, in arrival order.
-        self._jobs: queue.SimpleQueue[Optional[Tuple[Dict[str, Any], memoryview,
-                                                     Optional[wire.Region]]]] = (
-            queue.SimpleQueue())
+        # Jobs (header, payload, region) the helper read while the model ran one, in
+        # arrival order; _STOP when the server went away.
+        self._jobs: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        # Who reads the socket: the model's thread while idle, the helper while it is busy.
+        self._reading = threading.Lock()
+        self._busy = False
+        self._job_number = 0
+        self._stopped = False
+        self._helper_reading = False
+        self._helper_asleep = False
+        self._wanted = threading.Event()  # a model thread waits for the server's answer
+        self._busy_lock = threading.Lock()
+        self._busy_changed = threading.Condition(self._busy_lock)
+        # Written when a job ends: the helper's select returns and it lets go of the socket.
+        self._wake_r, self._wake_w = os.pipe()
         # Requests the server may still cancel: (batch id, index) -> flag. A batch's entries
         # go when its result is sent (a decoupled request's with its final response).
         self._live: Dict[Tuple[int, int], _Cancelled] = {}
         self._live_lock = threading.Lock()
 
     def serve(self) -> None:
-        """Read messages until the server goes away or the model is finalized."""
-        model_thread = threading.Thread(target=self._run_jobs, name="naiad-model",
-                                        daemon=True)
-        model_thread.start()
+        """Run jobs until the server goes away or the model is finalized.
+
+        The model runs on this (the main) thread, which also reads the socket while the
+        model is idle, so a batch goes from the socket to ``execute`` without a thread
+        switch. While a job runs, the helper thread reads instead (:meth:`_read_while_busy`):
+        answers to the model's calls and cancellations are handled at once, further jobs
+        wait in ``_jobs`` for this thread. ``_reading`` says who reads."""
+        threading.Thread(target=self._read_while_busy, name="naiad-reader",
+                         daemon=True).start()
         try:
             while True:
-                try:
-                    header, payload, fds = self.connection.receive()
-                except wire.PeerGone:
-                    return  # the server went away (or closed after finalize)
-                op = header.get("op")
-                if op == "answer":
-                    if self.link is not None:
-                        self.link.answered(header, payload, fds)
-                    else:
-                        wire.close_fds(fds)
-                elif op == "cancel":
-                    self._cancel(header)
-                else:
-                    if fds:
-                        self._map_region(header, fds)
-                    if op == "execute":
-                        self._expect(header)
-                    self._jobs.put((header, payload, self.region))
+                job = self._next_job()
+                if job is _STOP:
+                    return
+                if job is not None:
+                    self._busy_with(job)
         finally:
-            self._jobs.put(_STOP)
+            with self._busy_lock:
+                self._stopped = True
+                self._busy_changed.notify()
+            self._wake()
 
-    def _run_jobs(self) -> None:
-        while True:
-            job = self._jobs.get()
-            if job is _STOP:
-                return
-            header, payload, region = job
-            op = header.get("op")
-            if op == "execute":
-                self._execute(header, payload, region)
-            elif op == "init":
-                self._init(header)
-            elif op == "auto_complete":
-                self._auto_complete(header)
-            elif op == "finalize":
-                error = self.model.finalize() if self.model is not None else None
-                self.connection.send({"op": "finalized", "error": error})
-                # The reader sees the end of the stream and returns: the process exits.
-                self.connection.sock.shutdown(socket.SHUT_RDWR)
-                return
+    def _next_job(self) -> Any:
+        """A job the helper queued, or the next message off the socket (None: it was not
+        a job, and was handled)."""
+        with self._reading:
+            # Under the lock: the helper queues jobs only while it holds it, so one it read
+            # while this thread waited for the lock is seen here, not lost behind receive.
+            try:
+                return self._jobs.get_nowait()
+            except queue.Empty:
+                pass
+            try:
+                return self._take(*self.connection.receive())
+            except wire.PeerGone:
+                return _STOP  # the server went away (or closed after finalize)
+
+    def _take(self, header: Dict[str, Any], payload: memoryview, fds: List[int]) -> Any:
+        """One message off the socket: answers and cancellations are handled here and now
+        (None), anything else is a job for the model's thread."""
+        op = header.get("op")
+        if op == "answer":
+            if self.link is not None:
+                self.link.answered(header, payload, fds)
             else:
-                self.connection.send({"op": "failed", "message": f"unknown message {op!r}"})
+                wire.close_fds(fds)
+            return None
+        if op == "cancel":
+            self._cancel(header)
+            return None
+        if fds:
+            self._map_region(header, fds)
+        if op == "execute":
+            self._expect(header)
+        return (header, payload, self.region)
+
+    def _busy_with(self, job: Tuple[Dict[str, Any], memoryview, Optional[wire.Region]]
+                   ) -> None:
+        """Run one job. The helper takes over reading if it runs long (or the model asks
+        the server something); a short one runs without waking any other thread."""
+        self._job_number += 1
+        self._busy = True
+        if self._helper_asleep:
+            with self._busy_lock:
+                self._busy_changed.notify()
+        try:
+            self._run(job)
+        finally:
+            self._busy = False
+            if self._helper_reading:
+                self._wake()  # it stops reading (at the end of the frame it is in)
+
+    def _wake(self) -> None:
+        try:
+            os.write(self._wake_w, b"x")
+        except OSError:
+            pass
+
+    def _needs_reader(self) -> None:
+        """A thread of the model asked the server something: while the model's thread
+        runs a job, the helper must read the answer now."""
+        self._wanted.set()
+
+    def _read_while_busy(self) -> None:
+        """The helper thread. It looks every ``HELPER_POLL_S`` whether the model's thread
+        is still in the job it saw last time, and reads the socket for it if so (answers,
+        cancellations, the next jobs); after ``HELPER_SLEEP_AFTER_S`` without a job it
+        sleeps until one starts."""
+        idle_since = time.monotonic()
+        while not self._stopped:
+            seen = self._job_number
+            wanted = self._wanted.wait(HELPER_POLL_S)
+            if wanted:
+                self._wanted.clear()
+            if self._busy and (wanted or self._job_number == seen):
+                self._read_for_the_model()
+                idle_since = time.monotonic()
+            elif self._busy:
+                idle_since = time.monotonic()
+            elif time.monotonic() - idle_since >= HELPER_SLEEP_AFTER_S:
+                with self._busy_lock:
+                    self._helper_asleep = True
+                    while not self._busy and not self._stopped:
+                        self._busy_changed.wait()
+                    self._helper_asleep = False
+
+    def _read_for_the_model(self) -> None:
+        """Read while the model's thread is busy; queue the jobs that come."""
+        sock = self.connection.sock
+        self._helper_reading = True
+        try:
+            with self._reading:
+                while self._busy and not self._stopped:
+                    if not self.connection.has_frame():
+                        readable, _, _ = select.select([sock, self._wake_r], [], [])
+                        if self._wake_r in readable:
+                            os.read(self._wake_r, 4096)
+                            continue  # the job may be over: look again
+                    try:
+                        job = self._take(*self.connection.receive())
+                    except (wire.PeerGone, OSError):
+                        self._jobs.put(_STOP)
+                        self._stopped = True
+                        return
+                    if job is not None:
+                        self._jobs.put(job)
+        finally:
+            self._helper_reading = False
+
+    def _run(self, job: Tuple[Dict[str, Any], memoryview, Optional[wire.Region]]) -> None:
+        header, payload, region = job
+        op = header.get("op")
+        if op == "execute":
+            self._execute(header, payload, region)
+        elif op == "init":
+            self._init(header)
+        elif op == "auto_complete":
+            self._auto_complete(header)
+        elif op == "finalize":
+            error = self.model.finalize() if self.model is not None else None
+            self.connection.send({"op": "finalized", "error": error})
+            self._jobs.put(_STOP)
+        else:
+            self.connection.send({"op": "failed", "message": f"unknown message {op!r}"})
 
     def _map_region(self, header: dict[str, Any], fds: list[int]) -> None:
         if self.region is not None:
@@ -234,7 +348,8 @@ class Worker:
         logging.getLogger().setLevel(header.get("log_level", logging.INFO))
         self.link = calls.link = calls.ServerLink(self.connection,
                                                   header.get("region_dir", ""),
-                                                  int(header.get("inline_max", 1 << 62)))
+                                                  int(header.get("inline_max", 1 << 62)),
+                                                  self._needs_reader)
         pb_utils._set_model_calls(calls.WorkerCalls(self.link))
         try:
             self.model = runner.ModelRunner(header["model_file"], header["args"],

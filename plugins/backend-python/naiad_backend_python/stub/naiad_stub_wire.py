@@ -378,6 +378,15 @@ class Connection:
             self.sock.sendall(memoryview(part)[sent:])
             sent = 0
 
+    def has_frame(self) -> bool:
+        """Whether a whole frame is buffered already (a read took it with the one before):
+        :meth:`receive` then returns without touching the socket."""
+        buffered = self._end - self._start
+        if buffered < _PREFIX.size:
+            return False
+        head_size, payload_size = _PREFIX.unpack_from(self._buffer, self._start)
+        return buffered >= _PREFIX.size + head_size + payload_size
+
     def receive(self) -> tuple[dict, memoryview, list[int]]:
         """The next message: its header, its payload and the descriptors it carried.
         Raises :class:`PeerGone` at the end of the stream.
