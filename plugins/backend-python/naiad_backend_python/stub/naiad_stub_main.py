@@ -5,8 +5,9 @@ its end of a Unix socket pair. Python puts this file's folder first on ``sys.pat
 ``triton_python_backend_utils`` and the ``naiad_stub_*`` modules beside it are what the model
 imports; nothing of the server (naiad, its dependencies) is needed, only numpy.
 
-The main thread reads the server's messages (``naiad_stub_wire`` frames); the model runs on
-a thread of its own, one job at a time, in the order they came:
+The model runs on the main thread, one job at a time, in the order they came; that thread
+also reads the server's messages (``naiad_stub_wire`` frames) while the model is idle, and a
+helper thread reads them while a job runs long or the model waits for the server:
 
 - ``init``: protocol version, model file, ``initialize`` args, output names -> ``ready``
   (pid, interpreter, Python version) or ``failed`` (why);
@@ -17,9 +18,9 @@ a thread of its own, one job at a time, in the order they came:
   from whichever thread the model sends them;
 - ``finalize`` -> ``finalized``, then the process exits.
 
-The reader itself handles ``cancel`` (``batch``, ``index``: the client gave up on that
-request; ``is_cancelled()`` turns true) and ``answer`` (to the model's calls to the server,
-``naiad_stub_calls``), so both arrive while the model runs.
+Whoever reads handles ``cancel`` (``batch``, ``index``: the client gave up on that request;
+``is_cancelled()`` turns true) and ``answer`` (to the model's calls to the server,
+``naiad_stub_calls``) at once, so both arrive while the model runs.
 
 An ``execute`` message may carry a new shared memory region (``region_size`` and its
 descriptor). The worker sends ``log`` messages whenever the model logs. It ignores SIGINT
