@@ -249,16 +249,7 @@ class InferenceServer:
         response, for :func:`answer`. ``future.cancel()`` withdraws a request the
         scheduler still holds (see :attr:`Scheduler.holds_requests`), and so does
         cancelling ``request.cancellation``. Not for decoupled models: see :meth:`stream`."""
-        self._admit(model, request)
-        try:
-            future = model.scheduler.submit(request)
-        except BaseException:
-            self._leave()
-            raise
-        future.add_done_callback(self._left)
-        if request.cancellation is not None:
-            request.cancellation.on_cancel(future.cancel)
-        return future
+        return self._submit(model, request)
 
     def stream(self, model: ModelVersion, request: InferenceRequest,
                on_response: ResponseCallback, internal: bool = False
@@ -274,7 +265,7 @@ class InferenceServer:
         ends with a CANCELLED error); its result is not a response to send. ``internal``:
         a model calls another (BLS), which goes on while the server drains."""
         if not model.decoupled:
-            future = self.infer(model, request) if not internal else self._submit(model, request)
+            future = self._submit(model, request, internal)
             future.add_done_callback(lambda done: on_response(_outcome(request, done), True))
             return future
         if model.first_response is not None:  # histogram_latencies: nothing to do otherwise
@@ -302,10 +293,11 @@ class InferenceServer:
             request.cancellation.on_cancel(future.cancel)
         return future
 
-    def _submit(self, model: ModelVersion, request: InferenceRequest
-                ) -> Future[InferenceResponse]:
-        """:meth:`infer` for a model's call to another (admitted while draining)."""
-        self._admit(model, request, internal=True)
+    def _submit(self, model: ModelVersion, request: InferenceRequest,
+                internal: bool = False) -> Future[InferenceResponse]:
+        """:meth:`infer`; ``internal``: a model's call to another (admitted while the
+        server drains)."""
+        self._admit(model, request, internal)
         try:
             future = model.scheduler.submit(request)
         except BaseException:
