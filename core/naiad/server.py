@@ -288,7 +288,7 @@ class InferenceServer:
             request.sender = None
             self._leave()
             raise
-        future.add_done_callback(lambda done: _end_stream(sender, done))
+        future.add_done_callback(lambda done: _end_stream(request, sender, done))
         if request.cancellation is not None:
             request.cancellation.on_cancel(future.cancel)
         return future
@@ -477,20 +477,12 @@ def _timing_first_response(histogram: Histogram, request: InferenceRequest,
     return timed
 
 
-def _end_stream(sender: ResponseSender, done: Future[InferenceResponse]) -> None:
+def _end_stream(request: InferenceRequest, sender: ResponseSender,
+                done: Future[InferenceResponse]) -> None:
     """A decoupled model finished executing a request: if that failed (or the request was
     withdrawn before it ran), the error ends its stream unless the model ended it. A
     success leaves the stream to the model, which may go on sending from other threads."""
-    if done.cancelled():
-        request_error: InferenceServerError | None = InferenceServerError(
-            "the request was cancelled", Status.CANCELLED)
-    else:
-        try:
-            request_error = done.result().error
-        except InferenceServerError as exc:
-            request_error = exc
-        except Exception as exc:
-            request_error = InferenceServerError(f"internal error: {exc}", Status.INTERNAL)
+    request_error = _outcome(request, done).error
     if request_error is not None:
         sender.fail(request_error)
 
@@ -515,7 +507,7 @@ class ServerModels(InferenceClient):
         try:
             model = self._model(request)
             if model.decoupled:
-                # Triton's words: a BLS call is the one way in for a model's calls.
+                # Triton's message: its callers here are models' BLS calls.
                 raise unsupported(
                     f"Model '{model.name}' is using the decoupled. The current BLS request "
                     f"call doesn't support models using the decoupled transaction policy. "
