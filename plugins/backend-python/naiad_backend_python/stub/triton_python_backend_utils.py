@@ -9,6 +9,9 @@ numpy (and ml_dtypes for BF16), so it runs in any Python 3.9 or newer a model's 
 brings. Tensors wrap numpy arrays without copying them; BYTES tensors are numpy object
 arrays of ``bytes``.
 
+It is long because Triton's is one module that models import whole; custom metrics live in
+``naiad_stub_metrics`` and are re-exported here.
+
 Calls to other models (BLS: ``InferenceRequest.exec`` / ``async_exec``; and
 ``is_model_ready``, ``load_model``, ``unload_model``) go through the execution mode's
 :class:`_ModelCalls`: the server's own models in-process, messages to the server from a
