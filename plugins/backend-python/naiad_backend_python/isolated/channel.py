@@ -330,9 +330,6 @@ class WorkerChannel:
         """A decoupled model's response: on to the request's sender (the client)."""
         key = (message.get("batch"), message.get("index"))
         final = bool(message.get("final"))
-        with self._lock:
-            request = (self._streams.pop(key, None) if final  # type: ignore[arg-type]
-                       else self._streams.get(key))  # type: ignore[arg-type]
         try:
             region = wire.open_region(message, fds)
             body = message.get("response")
@@ -342,6 +339,9 @@ class WorkerChannel:
                 f"model '{self.model_name}' instance '{self.instance_name}': unreadable "
                 f"response from the worker: {type(exc).__name__}: {exc}", Status.INTERNAL))
             final = True
+        with self._lock:
+            request = (self._streams.pop(key, None) if final  # type: ignore[arg-type]
+                       else self._streams.get(key))  # type: ignore[arg-type]
         if request is None or request.sender is None:
             return  # the stream was ended (by an error, the batch's failure) already
         try:
