@@ -67,7 +67,12 @@ class ServerCalls:
         elif op in ("load_model", "unload_model"):
             self._control(number, message)
         else:
-            answer = self.handlers[str(op)](message)
+            try:
+                answer = self.handlers[str(op)](message)
+            except Exception as exc:  # a handler's bug: the model must not wait forever
+                log.exception("a worker's %r message could not be handled", op)
+                answer = {"error": f"the server could not handle it: "
+                                   f"{type(exc).__name__}: {exc}"}
             if number is not None:
                 self._answer(number, answer or {})
 
