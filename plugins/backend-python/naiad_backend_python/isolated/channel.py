@@ -67,6 +67,9 @@ class _Staged(NamedTuple):
     tensors: list[list[tuple[str, str, tuple[int, ...], memoryview]]]
     size: int
     done: Done
+    # Some request streams its responses (decoupled) or can be cancelled: the channel
+    # keeps track of it (most batches, HTTP's, have neither).
+    watched: bool
 
 
 class _Pending(NamedTuple):
@@ -170,14 +173,17 @@ class WorkerChannel:
         from this call, when the worker is gone already)."""
         tensors = []
         size = 0
+        watched = False
         for request in requests:
+            if request.sender is not None or request.cancellation is not None:
+                watched = True
             staged = []
             for tensor in request.inputs.values():
                 data = wire.tensor_buffer(tensor.datatype, tensor.data)
                 size += wire.align(len(data))
                 staged.append((tensor.name, tensor.datatype, tensor.data.shape, data))
             tensors.append(staged)
-        batch = _Staged(requests, tensors, size, done)
+        batch = _Staged(requests, tensors, size, done, watched)
         with self._lock:
             gone = self._gone
             wants_region = size >= self.regions.inline_max and not self._region_failed
@@ -208,9 +214,10 @@ class WorkerChannel:
                 batch_id = self._next_id
                 self._next_id += 1
                 self._pending[batch_id] = _Pending(batch.done, region)
-                for index, request in enumerate(batch.requests):
-                    if request.sender is not None:
-                        self._streams[(batch_id, index)] = request
+                if batch.watched:
+                    for index, request in enumerate(batch.requests):
+                        if request.sender is not None:
+                            self._streams[(batch_id, index)] = request
         try:
             if batch_id < 0:
                 batch.done(WorkerDied("the worker process has ended"))
@@ -232,10 +239,8 @@ class WorkerChannel:
                 header["region_size"] = region.size
             assert self._send_frame is not None, "submit before start_reading"
             self._send_frame(header, packer.payload, fds)
-            for index, request in enumerate(batch.requests):
-                if request.cancellation is not None:
-                    request.cancellation.on_cancel(
-                        lambda index=index: self._cancel(batch_id, index))
+            if batch.watched:
+                self._watch_cancellations(batch.requests, batch_id)
         except (wire.PeerGone, OSError):
             pass  # the reader sees the end of the stream and fails what is pending
         finally:
@@ -243,6 +248,13 @@ class WorkerChannel:
                 os.close(fd)
             if holds_region and region is None:
                 self._release_region()  # no region could be made: the batch went inline
+
+    def _watch_cancellations(self, requests: Sequence[InferenceRequest], batch_id: int
+                             ) -> None:
+        for index, request in enumerate(requests):
+            if request.cancellation is not None:
+                request.cancellation.on_cancel(
+                    lambda index=index: self._cancel(batch_id, index))
 
     def _cancel(self, batch_id: int, index: int) -> None:
         """The client gave up on a request the worker has: tell it (``is_cancelled()``)."""
@@ -391,7 +403,7 @@ class WorkerChannel:
     def _finished(self, reply: dict, payload: memoryview) -> None:
         with self._lock:
             pending = self._pending.pop(reply.get("id"), None)  # type: ignore[arg-type]
-            if "failure" in reply:  # the core ends those streams with the failure
+            if self._streams and "failure" in reply:  # the core ends them with the failure
                 for key in [key for key in self._streams if key[0] == reply.get("id")]:
                     del self._streams[key]
         if pending is None:

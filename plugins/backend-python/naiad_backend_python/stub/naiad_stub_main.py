@@ -41,7 +41,7 @@ import sys
 import threading
 import time
 import weakref
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Set, Tuple
 
 import naiad_stub_calls as calls
 import naiad_stub_runner as runner
@@ -54,7 +54,7 @@ PARENT_POLL_S = 1.0
 # How often the helper thread looks whether a job has run long enough to need a reader
 # (cancellations arrive within about twice this), and after how long without a job it
 # sleeps until the next one starts.
-HELPER_POLL_S = 0.002
+HELPER_POLL_S = 0.01
 HELPER_SLEEP_AFTER_S = 0.1
 
 
@@ -75,12 +75,19 @@ class _Requested:
 
 
 class _Cancelled:
-    """A request's cancellation flag (what ``naiad.types.Cancellation`` is in the server)."""
+    """A request's cancellation (what ``naiad.types.Cancellation`` is in the server):
+    cancelled once the server's ``cancel`` for its key came. The worker keeps only the
+    keys of cancelled requests: nothing is done per request until one is cancelled."""
 
-    __slots__ = ("cancelled",)
+    __slots__ = ("key", "keys")
 
-    def __init__(self) -> None:
-        self.cancelled = False
+    def __init__(self, key: Tuple[int, int], keys: Set[Tuple[int, int]]) -> None:
+        self.key = key
+        self.keys = keys
+
+    @property
+    def cancelled(self) -> bool:
+        return self.key in self.keys
 
 
 class _Request:
@@ -157,10 +164,14 @@ class Worker:
         self._busy_changed = threading.Condition(self._busy_lock)
         # Written when a job ends: the helper's select returns and it lets go of the socket.
         self._wake_r, self._wake_w = os.pipe()
-        # Requests the server may still cancel: (batch id, index) -> flag. A batch's entries
-        # go when its result is sent (a decoupled request's with its final response).
-        self._live: Dict[Tuple[int, int], _Cancelled] = {}
-        self._live_lock = threading.Lock()
+        # (batch id, index) of the requests the server cancelled that may still be looked
+        # at: a batch's go when its result is sent, a decoupled request's with its final
+        # response. Set operations are atomic: the readers add, the model's threads remove.
+        self._cancelled: Set[Tuple[int, int]] = set()
+        # Decoupled requests whose stream is open (they may be cancelled after execute).
+        self._open: Set[Tuple[int, int]] = set()
+        # The last batch answered: a cancel for an earlier one comes too late to matter.
+        self._done_batch = -1
 
     def serve(self) -> None:
         """Run jobs until the server goes away or the model is finalized.
@@ -191,10 +202,8 @@ class Worker:
         with self._reading:
             # Under the lock: the helper queues jobs only while it holds it, so one it read
             # while this thread waited for the lock is seen here, not lost behind receive.
-            try:
+            if not self._jobs.empty():
                 return self._jobs.get_nowait()
-            except queue.Empty:
-                pass
             try:
                 return self._take(*self.connection.receive())
             except wire.PeerGone:
@@ -215,8 +224,6 @@ class Worker:
             return None
         if fds:
             self._map_region(header, fds)
-        if op == "execute":
-            self._expect(header)
         return (header, payload, self.region)
 
     def _busy_with(self, job: Tuple[Dict[str, Any], memoryview, Optional[wire.Region]]
@@ -319,24 +326,18 @@ class Worker:
 
     # --- cancellation -------------------------------------------------------------------
 
-    def _expect(self, header: Dict[str, Any]) -> None:
-        """Make the cancellation flags of a batch's requests as it arrives: a cancel may
-        come before the model runs it."""
-        batch = header["id"]
-        with self._live_lock:
-            for index in range(len(header["requests"])):
-                self._live[(batch, index)] = _Cancelled()
-
     def _cancel(self, header: Dict[str, Any]) -> None:
-        with self._live_lock:
-            flag = self._live.get((header.get("batch"), header.get("index")))  # type: ignore[arg-type]
-        if flag is not None:
-            flag.cancelled = True
+        """The server's ``cancel``: it may come before the model runs the request."""
+        key = (int(header.get("batch", -1)), int(header.get("index", -1)))
+        if key[0] > self._done_batch or key in self._open:
+            self._cancelled.add(key)
 
     def _forget(self, keys: Any) -> None:
-        with self._live_lock:
-            for key in keys:
-                self._live.pop(key, None)
+        cancelled = self._cancelled
+        open_streams = self._open
+        for key in keys:
+            cancelled.discard(key)
+            open_streams.discard(key)
 
     # --- messages -----------------------------------------------------------------------
 
@@ -413,9 +414,11 @@ class Worker:
                 self.region = None
             reply["retire_region"] = True
         self.connection.send(reply, buffers)
+        batch = header["id"]
+        self._done_batch = batch
         model = self.model
-        if model is None or not model.decoupled or "failure" in reply:
-            batch = header["id"]
+        if (self._cancelled or self._open) and (
+                model is None or not model.decoupled or "failure" in reply):
             self._forget((batch, index) for index in range(len(header["requests"])))
 
     def _run_batch(self, header: Dict[str, Any], payload: memoryview,
@@ -428,11 +431,12 @@ class Worker:
         try:
             if self.model is None:
                 raise runner.BatchFailure("INTERNAL", "the worker has no model (no init)")
-            with self._live_lock:
-                flags = [self._live.get((batch, index)) or _Cancelled()
-                         for index in range(len(header["requests"]))]
-            requests = [_Request(message, region, payload, (batch, index), flag)
-                        for index, (message, flag) in enumerate(zip(header["requests"], flags))]
+            cancelled = self._cancelled
+            requests = [_Request(message, region, payload, (batch, index),
+                                 _Cancelled((batch, index), cancelled))
+                        for index, message in enumerate(header["requests"])]
+            if self.model.decoupled:
+                self._open.update(request.key for request in requests)
             if region is not None:
                 kept.extend(weakref.ref(owner) for owner in
                             (_region_array(tensor.data, region) for request in requests
