@@ -30,11 +30,23 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("naiad.plugins")
 
+# Schedulers have no group: they are built in (see hookspecs.naiad_scheduler).
 ENTRY_POINT_GROUPS = {
     "backend": "naiad.backends",
     "cache": "naiad.caches",
     "source": "naiad.sources",
 }
+
+#: The modules a plugin may import (docs/plugin-author-guide.md documents each); the rest of
+#: ``naiad`` is the core's own and may change in any release.
+PUBLIC_MODULES = (
+    "naiad",
+    "naiad.backend_utils",
+    "naiad.custom_metrics",
+    "naiad.errors",
+    "naiad.hookspecs",
+    "naiad.types",
+)
 
 # Plugins that ship inside the core, registered through the same hooks as any other.
 BUILTIN_PLUGINS = (
@@ -161,10 +173,12 @@ class PluginManager:
         return found
 
     def scheduler(self, config: ModelConfig) -> SchedulerFactory:
-        """The scheduler factory for a model config (the default scheduler claims the rest)."""
+        """The scheduler factory for a model config: the built-in schedulers, or one an
+        embedding application registered in-process (the default scheduler claims the rest)."""
         return self.pm.hook.naiad_scheduler(config=config)  # type: ignore[no-any-return]
 
     def source(self, scheme: str) -> RepositorySource:
+        """The repository source for URIs of ``scheme``; loads its plugin the first time."""
         found = self.pm.hook.naiad_source(scheme=scheme)
         if found is None and self._load_entry_point("source", scheme):
             found = self.pm.hook.naiad_source(scheme=scheme)
@@ -174,6 +188,7 @@ class PluginManager:
         return found  # type: ignore[no-any-return]
 
     def cache(self, name: str, settings: dict[str, str]) -> ResponseCache:
+        """The response cache ``--cache-config`` names; loads its plugin the first time."""
         found = self.pm.hook.naiad_cache(name=name, settings=settings)
         if found is None and self._load_entry_point("cache", name):
             found = self.pm.hook.naiad_cache(name=name, settings=settings)

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from tritonclient.grpc.model_config_pb2 import DataType
 
-from naiad.datatypes import datatype_to_config
+from naiad.backend_utils import datatype_to_config
 from naiad.errors import invalid_arg
 from naiad_backend_onnx.model_io import ModelIO, TensorInfo
 

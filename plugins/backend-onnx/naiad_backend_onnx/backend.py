@@ -14,6 +14,7 @@ from pathlib import Path
 import onnxruntime as ort
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
+from naiad.backend_utils import version_folders
 from naiad.errors import unsupported
 from naiad.types import Backend, InstanceInfo, ModelContext
 from naiad_backend_onnx.autocomplete import complete_config, needs_graph
@@ -119,11 +120,7 @@ def check_supported(config: ModelConfig, model_name: str) -> None:
 def newest_model_file(config: ModelConfig, model_dir: Path) -> Path | None:
     """The ONNX file of the highest numbered version folder that has one."""
     filename = config.default_model_filename or MODEL_FILENAME
-    try:
-        versions = [p for p in model_dir.iterdir() if p.name.isdigit() and p.is_dir()]
-    except OSError:
-        return None
-    for version_dir in sorted(versions, key=lambda p: int(p.name), reverse=True):
+    for version_dir in version_folders(model_dir):
         path = model_path(version_dir, filename)
         if path.is_file():
             return path

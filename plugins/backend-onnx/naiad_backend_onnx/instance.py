@@ -1,9 +1,9 @@
 """One loaded ONNX Runtime session serving batches of requests.
 
-A batch is merged along the batch dimension (:func:`naiad.batching.merge_inputs`), run once,
-and split back (:func:`naiad.batching.split_outputs`). When a merged batch fails, each of its
-requests is run alone, so one bad request (text that is not UTF-8, values the graph rejects)
-fails only itself.
+A batch is merged along the batch dimension (:func:`naiad.backend_utils.merge_inputs`), run
+once, and split back (:func:`naiad.backend_utils.split_outputs`). When a merged batch fails,
+each of its requests is run alone, so one bad request (text that is not UTF-8, values the
+graph rejects) fails only itself.
 """
 
 from __future__ import annotations
@@ -17,8 +17,7 @@ import onnxruntime as ort
 from onnxruntime.capi import onnxruntime_pybind11_state as ort_errors
 from tritonclient.grpc.model_config_pb2 import DataType
 
-from naiad.batching import batch_sizes, merge_inputs, split_outputs
-from naiad.datatypes import config_to_datatype
+from naiad.backend_utils import batch_sizes, config_to_datatype, merge_inputs, split_outputs
 from naiad.errors import InferenceServerError, Status, invalid_arg, unsupported
 from naiad.types import (
     InferenceRequest,

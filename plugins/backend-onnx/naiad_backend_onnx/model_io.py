@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from tritonclient.grpc.model_config_pb2 import DataType
 
-from naiad.datatypes import config_to_datatype, datatype_to_config
+from naiad.backend_utils import config_to_datatype, datatype_to_config
 from naiad.errors import invalid_arg
 from naiad_backend_onnx.types import datatype_of, dims_of
 

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 import numpy as np
 import onnxruntime as ort
 
-from naiad.datatypes import NUMPY_DTYPES
+from naiad.backend_utils import NUMPY_DTYPES
 
 # ``NodeArg.type`` -> the V2 datatype (config.pbtxt's TYPE_ name is ``datatype_to_config``).
 ONNX_TO_DATATYPE: dict[str, str] = {

@@ -18,7 +18,7 @@ from typing import Any
 from google.protobuf import json_format
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
-from naiad.config.render import config_to_json
+from naiad.backend_utils import config_to_json, newest_version_file
 from naiad.errors import invalid_arg, unavailable
 from naiad.types import Backend, InstanceInfo, ModelContext, ModelInstance
 from naiad_backend_python.environment import (
@@ -62,7 +62,8 @@ class PythonBackend(Backend):
         """Let ``TritonPythonModel.auto_complete_config`` (a static method, if the model has
         one) fill in ``config`` as Triton does, in the model's execution mode. The newest
         version folder holding the model file is imported for it."""
-        model_file = _newest_model_file(config, model_dir)
+        model_file = newest_version_file(
+            model_dir, config.default_model_filename or DEFAULT_MODEL_FILENAME)
         if model_file is None:
             return []
         model_name = config.name or model_dir.name
@@ -137,20 +138,6 @@ class PythonBackend(Backend):
             pip_timeout_s=self.settings.pip_timeout_seconds))
         return Launch(environment.python, dict(environment.variables),
                       environment.description, UNSET_VARIABLES)
-
-
-def _newest_model_file(config: ModelConfig, model_dir: Path) -> Path | None:
-    """The model file of the highest numbered version folder that has one."""
-    filename = config.default_model_filename or DEFAULT_MODEL_FILENAME
-    try:
-        versions = [p for p in model_dir.iterdir() if p.name.isdigit() and p.is_dir()]
-    except OSError:
-        return None
-    for version_dir in sorted(versions, key=lambda p: int(p.name), reverse=True):
-        candidate = version_dir / filename
-        if candidate.is_file():
-            return candidate
-    return None
 
 
 def _changed_fields(before: ModelConfig, after: ModelConfig) -> list[str]:

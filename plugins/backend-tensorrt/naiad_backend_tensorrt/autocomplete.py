@@ -23,8 +23,8 @@ from typing import Any
 
 from tritonclient.grpc.model_config_pb2 import DataType, ModelConfig
 
+from naiad.backend_utils import format_shape
 from naiad.errors import invalid_arg, unsupported
-from naiad.models.signature import format_shape
 from naiad_backend_tensorrt.dtypes import config_type
 from naiad_backend_tensorrt.engine_io import EngineIO, TensorIO
 from naiad_backend_tensorrt.profiles import Shape, batch_limit, configured_profiles

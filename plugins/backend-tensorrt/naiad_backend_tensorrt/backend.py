@@ -15,8 +15,8 @@ from typing import Any
 
 from tritonclient.grpc.model_config_pb2 import ModelConfig, ModelInstanceGroup
 
+from naiad.backend_utils import gpu_count, newest_version_file
 from naiad.errors import unavailable
-from naiad.models.instances import gpu_count
 from naiad.types import Backend, InstanceInfo, ModelContext
 from naiad_backend_tensorrt.autocomplete import check_config, complete_config
 from naiad_backend_tensorrt.cuda import Cuda
@@ -54,7 +54,7 @@ class TensorRTBackend(Backend):
         device = _first_gpu(config)
         cuda.set_device(device)
         filename = engine_filename(config, cuda.compute_capability(device))
-        path = newest_engine_file(model_dir, filename)
+        path = newest_version_file(model_dir, filename)
         if path is None:
             raise unavailable(f"model '{model}': no version folder of '{model_dir}' holds the "
                               f"TensorRT engine file '{filename}'")
@@ -121,18 +121,6 @@ def engine_filename(config: ModelConfig, compute_capability: str) -> str:
     one for it, else ``default_model_filename``, else ``model.plan``."""
     by_capability = config.cc_model_filenames.get(compute_capability)
     return by_capability or config.default_model_filename or DEFAULT_MODEL_FILENAME
-
-
-def newest_engine_file(model_dir: Path, filename: str) -> Path | None:
-    """``filename`` in the highest numbered version folder that holds it."""
-    try:
-        versions = [p for p in model_dir.iterdir() if p.name.isdigit() and p.is_dir()]
-    except OSError:
-        return None
-    for version_dir in sorted(versions, key=lambda p: int(p.name), reverse=True):
-        if (version_dir / filename).is_file():
-            return version_dir / filename
-    return None
 
 
 def _first_gpu(config: ModelConfig) -> int:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from naiad.datatypes import NUMPY_DTYPES, config_to_datatype
+from naiad.backend_utils import NUMPY_DTYPES, config_to_datatype
 from naiad.errors import InferenceServerError, unsupported
 
 TRT_TO_CONFIG: dict[str, str] = {

@@ -1,6 +1,6 @@
 """One model instance: an execution context on one GPU, its CUDA stream and device buffers.
 
-A batch runs as: merge the requests' inputs (``naiad.batching``), pick the optimization
+A batch runs as: merge the requests' inputs (``naiad.backend_utils``), pick the optimization
 profile for the merged shapes, set each input's shape and copy it to the device, size the
 outputs from the shapes TensorRT infers, ``execute_async_v3`` on the instance's stream, copy
 the outputs back, wait for the stream, and give each request its rows.
@@ -16,10 +16,14 @@ from typing import Any
 import numpy as np
 from tritonclient.grpc.model_config_pb2 import DataType, ModelConfig
 
-from naiad.batching import batch_sizes, merge_inputs, split_outputs
-from naiad.datatypes import config_to_datatype
+from naiad.backend_utils import (
+    batch_sizes,
+    config_to_datatype,
+    format_shape,
+    merge_inputs,
+    split_outputs,
+)
 from naiad.errors import InferenceServerError, Status, invalid_arg, unsupported
-from naiad.models.signature import format_shape
 from naiad.types import InferenceRequest, InferenceResponse, ModelInstance, Tensor
 from naiad_backend_tensorrt.autocomplete import engine_dims
 from naiad_backend_tensorrt.cuda import Cuda, DeviceBuffer

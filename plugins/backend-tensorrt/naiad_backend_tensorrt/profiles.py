@@ -15,8 +15,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from naiad.backend_utils import format_shape
 from naiad.errors import invalid_arg
-from naiad.models.signature import format_shape
 
 Shape = tuple[int, ...]
 

@@ -26,7 +26,7 @@ from typing import Any
 import torch
 from tritonclient.grpc.model_config_pb2 import DataType, ModelConfig
 
-from naiad.datatypes import datatype_to_config
+from naiad.backend_utils import datatype_to_config, version_folders
 from naiad.errors import invalid_arg
 from naiad_backend_torch.dtypes import torch_to_datatype
 from naiad_backend_torch.loading import (
@@ -58,9 +58,10 @@ def auto_complete(config: ModelConfig, model_dir: Path, backend_config: dict[str
     """Fill ``config`` in place from the newest version's model file; return the names of
     the top-level fields filled."""
     model = config.name or model_dir.name
-    version_dir = _newest_version(model_dir)
-    if version_dir is None:
+    versions = version_folders(model_dir)
+    if not versions:
         return []
+    version_dir = versions[0]
     filled = []
     if not config.default_model_filename and not (version_dir / TORCHSCRIPT_FILENAME).exists() \
             and (version_dir / EXPORT_FILENAME).is_file():
@@ -176,11 +177,3 @@ def _add(target: Any, tensors: list[TensorInfo], batching: bool, model: str) -> 
 def _has_scheduler(config: ModelConfig) -> bool:
     return any(config.HasField(field) for field in
                ("dynamic_batching", "sequence_batching", "ensemble_scheduling"))
-
-
-def _newest_version(model_dir: Path) -> Path | None:
-    try:
-        versions = [p for p in model_dir.iterdir() if p.is_dir() and p.name.isdigit()]
-    except OSError:
-        return None
-    return max(versions, key=lambda p: int(p.name), default=None)

@@ -8,7 +8,7 @@ from pathlib import Path
 import torch
 from tritonclient.grpc.model_config_pb2 import DataType, ModelConfig
 
-from naiad.datatypes import config_to_datatype
+from naiad.backend_utils import config_to_datatype
 from naiad.errors import invalid_arg
 from naiad.types import Backend, InstanceInfo, ModelContext
 from naiad_backend_torch.autocomplete import auto_complete

@@ -1,6 +1,6 @@
 """One loaded PyTorch model on one device, executing batches of requests.
 
-A batch is merged along the batch dimension (``naiad.batching``), handed to torch without
+A batch is merged along the batch dimension (``naiad.backend_utils``), handed to torch without
 copying, run once under ``torch.inference_mode()`` and split back into one response per
 request. If a merged batch fails, each request is run on its own so that one bad request
 does not fail the others.
@@ -16,8 +16,7 @@ import numpy as np
 import torch
 from tritonclient.grpc.model_config_pb2 import DataType, ModelConfig
 
-from naiad.batching import batch_sizes, merge_inputs, split_outputs
-from naiad.datatypes import config_to_datatype
+from naiad.backend_utils import batch_sizes, config_to_datatype, merge_inputs, split_outputs
 from naiad.errors import InferenceServerError, Status, invalid_arg
 from naiad.types import InferenceRequest, InferenceResponse, InstanceInfo, ModelInstance, Tensor
 from naiad_backend_torch.dtypes import TORCH_DTYPES, to_numpy, to_tensor

@@ -18,11 +18,7 @@ from naiad.models.instances import gpu_count
 from naiad.plugins import PluginManager
 from naiad.types import InstanceInfo, ModelContext
 from naiad_backend_tensorrt import TensorRTBackend, plugin
-from naiad_backend_tensorrt.backend import (
-    engine_filename,
-    newest_engine_file,
-    placement_problems,
-)
+from naiad_backend_tensorrt.backend import engine_filename, placement_problems
 from naiad_backend_tensorrt.cuda import Cuda
 from naiad_backend_tensorrt.engine import import_tensorrt, missing_packages
 
@@ -207,13 +203,3 @@ def test_engine_filename_prefers_the_compute_capability_entry():
     assert engine_filename(config, "9.0") == "model.plan"
     config.default_model_filename = "custom.plan"
     assert engine_filename(config, "9.0") == "custom.plan"
-
-
-def test_newest_engine_file_skips_versions_without_it(tmp_path):
-    for version, has_file in (("1", True), ("3", True), ("10", False), ("notes", True)):
-        (tmp_path / version).mkdir()
-        if has_file:
-            (tmp_path / version / "model.plan").write_bytes(NOT_AN_ENGINE)
-    assert newest_engine_file(tmp_path, "model.plan") == tmp_path / "3" / "model.plan"
-    assert newest_engine_file(tmp_path, "other.plan") is None
-    assert newest_engine_file(tmp_path / "missing", "model.plan") is None
