@@ -26,6 +26,10 @@ from typing import NamedTuple
 
 from naiad.histogram import Histogram, HistogramSnapshot, check_bounds
 
+# What a plugin may use (docs/plugin-author-guide.md): the view ``ModelContext.metrics`` and
+# what it hands out. The registry and its rendering are the server's own.
+__all__ = ["Metric", "MetricError", "MetricFamily", "MetricKind", "ModelMetrics"]
+
 _METRIC_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
 _LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
 #: Families of the server's own metrics start with these: a model's family of such a name
