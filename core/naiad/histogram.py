@@ -6,6 +6,11 @@ The one histogram type of the server: custom metrics of Python models
 record into it, and the metrics endpoint renders its :class:`HistogramSnapshot`. Observing
 is a binary search and one uncontended lock; reading copies the counts under the lock and
 does the rest outside it, so a scrape never holds up the threads that observe.
+
+:class:`BucketCounts` is the same count without a lock of its own, for naiad's per-version
+histograms (naiad.distributions): they are recorded under the version's statistics lock,
+which the caller already holds, in integer units (nanoseconds, rows) and shown in others
+(milliseconds).
 """
 
 from __future__ import annotations
@@ -71,3 +76,40 @@ class Histogram:
             total = self._sum
         cumulative = tuple(itertools.accumulate(buckets))
         return HistogramSnapshot(self.bounds, cumulative, total, cumulative[-1])
+
+
+class BucketCounts:
+    """Histogram counts for a caller that holds a lock of its own: ``add`` is one binary
+    search and two integer additions, nothing allocated. Values are recorded in integer
+    units (``bounds``, inclusive upper bounds) and shown in others: ``shown_bounds`` are
+    the same bounds as the exposition prints them, and the sum is divided by ``unit``."""
+
+    __slots__ = ("bounds", "counts", "shown_bounds", "total", "unit")
+
+    def __init__(self, bounds: Sequence[int], shown_bounds: Sequence[float] | None = None,
+                 unit: int = 1) -> None:
+        self.bounds = tuple(int(bound) for bound in bounds)
+        if any(not lower < upper for lower, upper in itertools.pairwise(self.bounds)):
+            raise ValueError(UNSORTED_BOUNDS)
+        self.shown_bounds = tuple(shown_bounds) if shown_bounds is not None else self.bounds
+        if len(self.shown_bounds) != len(self.bounds):
+            raise ValueError("every bound needs the value it is shown as")
+        self.unit = unit
+        self.counts = [0] * (len(self.bounds) + 1)
+        self.total = 0
+
+    def add(self, value: int) -> None:
+        """Count one observation of ``value`` (the caller holds the lock)."""
+        self.counts[bisect.bisect_left(self.bounds, value)] += 1
+        self.total += value
+
+    def copy(self) -> tuple[list[int], int]:
+        """The counts and the sum, copied (under the caller's lock) for :meth:`snapshot`."""
+        return list(self.counts), self.total
+
+    def snapshot(self, copied: tuple[list[int], int]) -> HistogramSnapshot:
+        """What :meth:`copy` took, as the exposition shows it (outside the lock)."""
+        counts, total = copied
+        cumulative = tuple(itertools.accumulate(counts))
+        shown_sum: float = total if self.unit == 1 else total / self.unit
+        return HistogramSnapshot(self.shown_bounds, cumulative, shown_sum, cumulative[-1])

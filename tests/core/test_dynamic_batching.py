@@ -319,6 +319,6 @@ def test_verbose_log_says_why_each_batch_was_cut(server):
     _concurrently([lambda i=i: _http_infer(server.http_url, "batch_preferred", _input(value=i))
                    for i in range(4)], 4)
     deadline = time.monotonic() + 5
-    while "preferred batch size 4 reached" not in server.log():
+    while "cut: preferred_size (a preferred batch size was reached)" not in server.log():
         assert time.monotonic() < deadline, server.log()[-3000:]
         time.sleep(0.05)

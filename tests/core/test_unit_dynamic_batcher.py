@@ -22,7 +22,7 @@ from tritonclient.grpc.model_config_pb2 import ModelConfig
 from naiad.batching import batch_sizes, merge_inputs, split_outputs
 from naiad.scheduling.adaptive import AdaptiveWait, adaptive_enabled
 from naiad.scheduling.base import SchedulingContext
-from naiad.scheduling.batch_policy import Cut, cut_batch
+from naiad.scheduling.batch_policy import Cut, CutReason, cut_batch
 from naiad.scheduling.dynamic import DynamicBatcher
 from naiad.scheduling.worker import InstanceWorker
 from naiad.stats import ModelStats
@@ -45,41 +45,54 @@ def cut(items: list[Item], max_batch: int = 8, preferred: tuple[int, ...] = (),
 
 
 def test_without_delay_everything_queued_goes_at_once():
-    assert cut([Item(), Item(), Item()]) == Cut(3, 0, "queue empty (no "
-                                                     "max_queue_delay_microseconds)")
+    assert cut([Item(), Item(), Item()]) == Cut(3, 0, CutReason.QUEUE_EMPTY)
 
 
 def test_batch_stops_at_max_batch_size():
     decision = cut([Item(3), Item(3), Item(3)], max_batch=8)
-    assert decision.count == 2 and decision.wait_until == 0
+    assert decision == Cut(2, 0, CutReason.MAX_BATCH_SIZE)
 
 
 def test_batch_stops_before_a_request_with_other_shapes():
     decision = cut([Item(key="a"), Item(key="a"), Item(key="b"), Item(key="a")],
                    delay_ns=10**9)
-    assert decision == Cut(2, 0, "the next request's input shapes differ")
+    assert decision == Cut(2, 0, CutReason.SHAPES_DIFFER)
 
 
 def test_preferred_size_goes_before_the_delay():
     decision = cut([Item(), Item(), Item()], preferred=(2, 6), delay_ns=10**9, now_ns=5)
     # 2 is preferred, 3 is not and cannot reach 6 without waiting: send the 2 now.
-    assert decision == Cut(2, 0, "preferred batch size 2 reached")
+    assert decision == Cut(2, 0, CutReason.PREFERRED_SIZE)
 
 
 def test_short_of_a_preferred_size_waits_for_the_oldest_request_delay():
     decision = cut([Item(enqueue_ns=100), Item(enqueue_ns=50)], preferred=(4,),
                    delay_ns=1000, now_ns=200)
-    assert decision == Cut(2, 1050, "")
+    assert decision == Cut(2, 1050, None)
 
 
 def test_expired_delay_sends_everything_pending():
     decision = cut([Item(enqueue_ns=0)] * 3, preferred=(2,), delay_ns=1000, now_ns=1000)
-    assert decision == Cut(3, 0, "max_queue_delay_microseconds expired")
+    assert decision == Cut(3, 0, CutReason.DELAY_EXPIRED)
 
 
 def test_overflowing_the_largest_preferred_size_sends_what_fits():
     decision = cut([Item(3), Item(3)], max_batch=8, preferred=(4,), delay_ns=10**9)
-    assert decision.count == 1 and decision.wait_until == 0
+    assert decision == Cut(1, 0, CutReason.PREFERRED_SIZE)
+
+
+def test_a_full_batch_without_preferred_sizes_is_cut_for_max_batch_size():
+    # the next request would overflow max_batch_size (the largest "preferred" size)
+    assert cut([Item(4), Item(4), Item(1)], max_batch=8, delay_ns=10**9) == Cut(
+        2, 0, CutReason.MAX_BATCH_SIZE)
+    # a single request as large as max_batch_size
+    assert cut([Item(8)], max_batch=8, delay_ns=10**9) == Cut(1, 0, CutReason.MAX_BATCH_SIZE)
+
+
+def test_cut_reasons_are_a_small_fixed_set_of_label_values():
+    labels = [reason.label for reason in CutReason]
+    assert len(set(labels)) == len(labels) == 7
+    assert all(label.isidentifier() and label.islower() for label in labels)
 
 
 # --- merge and split ----------------------------------------------------------------------
@@ -268,12 +281,13 @@ def test_adaptive_is_opt_in_by_model_parameter():
 
 def test_fruitless_waits_back_off_and_a_fruitful_one_resets():
     adaptive = AdaptiveWait(delay_ns=1_000_000)
-    wait = Cut(1, 10**12, "")
+    wait = Cut(1, 10**12, None)
     adaptive.arrived(0)
     first = adaptive.decide(wait, now_ns=1)
     assert first.wait_until  # the first lone request probes
     adaptive.dispatched(1)  # ...and nobody came
-    assert adaptive.decide(wait, now_ns=2).wait_until == 0  # so the next one goes at once
+    # so the next one goes at once
+    assert adaptive.decide(wait, now_ns=2) == Cut(1, 0, CutReason.ADAPTIVE_BACKOFF)
     skipped = []
     for _ in range(40):  # probes get rarer: 1, 2, 4, 8 ... batches without waiting
         decision = adaptive.decide(wait, now_ns=3)
@@ -292,8 +306,8 @@ def test_a_probe_ends_when_arrivals_stop():
     adaptive = AdaptiveWait(delay_ns=10_000_000)
     for t in range(0, 1_000_000, 100_000):  # arrivals every 100 µs
         adaptive.arrived(t)
-    wait = Cut(2, 10**12, "")
+    wait = Cut(2, 10**12, None)
     decision = adaptive.decide(wait, now_ns=900_001)
     assert 900_000 < decision.wait_until < 900_000 + 10_000_000
     late = adaptive.decide(wait, now_ns=decision.wait_until)
-    assert late.wait_until == 0 and "no request arrived" in late.reason
+    assert late == Cut(2, 0, CutReason.ADAPTIVE_QUIET)

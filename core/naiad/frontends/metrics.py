@@ -1,7 +1,9 @@
 """The Prometheus endpoint (``GET /metrics`` on the metrics port), in Triton's names.
 
 It renders the same counters the statistics extension reads (naiad.stats), so the two views
-cannot disagree. Label names are sorted, as Triton prints them.
+cannot disagree. Label names are sorted, as Triton prints them. The response cache's lines
+are in cache_metrics, the histograms, summaries and batch reasons in latency_metrics;
+docs/metrics.md lists every family.
 """
 
 from __future__ import annotations
@@ -12,16 +14,14 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from naiad.custom_metrics import CustomMetrics, MetricKind
-from naiad.frontends import prometheus_text
+from naiad.frontends import cache_metrics, latency_metrics, prometheus_text
 from naiad.frontends.gpu_metrics import GPUMetrics
 from naiad.models.manager import ModelVersion
 from naiad.server import InferenceServer
-from naiad.stats import ModelStats
+from naiad.stats import FAILURE_REASONS, ModelStats
 
 NS_PER_US = 1000
 FIRST_RESPONSE = "nv_inference_first_response_histogram_ms"
-# Triton's failure reasons; naiad counts a request as failed only when its model failed it.
-FAILURE_REASONS = ("BACKEND", "CANCELED", "OTHER", "REJECTED")
 
 _COUNTERS = [
     ("nv_inference_request_success",
@@ -132,7 +132,10 @@ def _custom(lines: list[str], metrics: CustomMetrics) -> None:
 def render_metrics(server: InferenceServer, cpu: CpuUtilization | None,
                    gpu: GPUMetrics | None = None) -> str:
     """The Prometheus text exposition of every loaded model version, of the GPUs NVML sees
-    (``gpu``) and, unless ``cpu`` is None (``--allow-cpu-metrics=false``), of the host."""
+    (``gpu``), of the response cache and, unless ``cpu`` is None
+    (``--allow-cpu-metrics=false``), of the host. ``--metrics-config`` decides which latency
+    families there are."""
+    config = server.options.metrics
     versions = [v for record in sorted(server.models.models.values(), key=lambda r: r.name)
                 for _, v in sorted(record.versions.items())]
     stats: list[ModelStats] = [v.stats for v in versions]
@@ -145,13 +148,20 @@ def render_metrics(server: InferenceServer, cpu: CpuUtilization | None,
             "Number of failed inference requests, all batch sizes", "counter")
     for s in stats:
         for reason in FAILURE_REASONS:
-            count = s.fail.count if reason == "BACKEND" else 0
+            count = s.failures.get(reason, 0)
             lines.append(f'nv_inference_request_failure{{model="{s.name}",reason="{reason}",'
                          f'version="{s.version}"}} {count}')
-    for name, help_text, value in _COUNTERS[1:]:
+    # counter_latencies=false removes the duration counters and the cache counters, as in
+    # Triton (which also stops the counts, a bug naiad does not copy: docs/metrics.md)
+    counters = [c for c in _COUNTERS[1:]
+                if config.counter_latencies or not c[0].endswith("_duration_us")]
+    for name, help_text, value in counters:
         _family(lines, name, help_text, "counter")
         lines.extend(f'{name}{{model="{s.name}",version="{s.version}"}} {value(s)}'
                      for s in stats)
+    if config.counter_latencies:
+        cache_metrics.render_per_model(
+            lines, [v.stats for v in versions if v.config.response_cache.enable])
     _family(lines, "nv_inference_pending_request_count",
             "Instantaneous number of pending requests awaiting execution per-model.", "gauge")
     lines.extend(f'nv_inference_pending_request_count{{model="{v.name}",version="{v.version}"}}'
@@ -161,12 +171,22 @@ def render_metrics(server: InferenceServer, cpu: CpuUtilization | None,
             "process ended)", "counter")
     lines.extend(f'naiad_instance_restarts_total{{model="{v.name}",version="{v.version}"}}'
                  f' {_restarts(v)}' for v in versions)
+    distributions = [(v, snapshot) for v in versions
+                     if (snapshot := v.stats.distributions_snapshot()) is not None]
+    latency_metrics.render_histograms(lines, distributions)
+    latency_metrics.render_batch_cuts(lines, versions)
     _first_responses(lines, versions)
     _custom(lines, server.models.custom_metrics)
     if gpu is not None:
         gpu.render(lines, _family)
-    if cpu is None:
-        return "\n".join(lines) + "\n"
+    if cpu is not None:
+        _host(lines, cpu)
+    cache_metrics.render_server_wide(lines, server.cache.cache if server.cache else None)
+    latency_metrics.render_summaries(lines, distributions)
+    return "\n".join(lines) + "\n"
+
+
+def _host(lines: list[str], cpu: CpuUtilization) -> None:
     total, used = _memory()
     _family(lines, "nv_cpu_memory_total_bytes", "CPU total memory (RAM), in bytes", "gauge")
     lines.append(f"nv_cpu_memory_total_bytes {total}")
@@ -174,7 +194,6 @@ def render_metrics(server: InferenceServer, cpu: CpuUtilization | None,
     lines.append(f"nv_cpu_memory_used_bytes {used}")
     _family(lines, "nv_cpu_utilization", "CPU utilization rate [0.0 - 1.0]", "gauge")
     lines.append(f"nv_cpu_utilization {cpu.sample():.4f}")
-    return "\n".join(lines) + "\n"
 
 
 def metrics_app(server: InferenceServer, cpu_metrics: bool = True,

@@ -3,7 +3,8 @@
 Values print with 16 significant digits (``%.16g``: ``0.3``, ``1e+20``,
 ``1.234567890123457e+16``), ``Nan``, ``+Inf`` and ``-Inf``; labels are sorted by name,
 a histogram's ``le`` label last; a histogram prints ``_count``, ``_sum``, then one
-``_bucket`` line per bound and ``le="+Inf"``. Label values are escaped (``\\``, ``"``,
+``_bucket`` line per bound and ``le="+Inf"``; a summary ``_count``, ``_sum``, then one line
+per quantile (its ``quantile`` label last). Label values are escaped (``\\``, ``"``,
 newline) as the format requires; so is HELP text, which Triton 2.51 prints raw (a newline
 in a description breaks its output).
 """
@@ -11,7 +12,7 @@ in a description breaks its output).
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from naiad.histogram import HistogramSnapshot
 
@@ -60,3 +61,15 @@ def histogram(lines: list[str], name: str, labels: Labels, snapshot: HistogramSn
     bounds = [format_value(bound) for bound in snapshot.bounds] + ["+Inf"]
     for bound, count in zip(bounds, snapshot.cumulative, strict=True):
         lines.append(f"{name}_bucket{format_labels([*labels, ('le', bound)])} {count}")
+
+
+def summary(lines: list[str], name: str, labels: Labels, quantiles: Sequence[float],
+            values: Sequence[float], count: int, total: float) -> None:
+    """The lines of one summary: ``_count``, ``_sum`` and the value at each quantile."""
+    labels = list(labels)
+    rendered = format_labels(labels)
+    lines.append(f"{name}_count{rendered} {count}")
+    lines.append(f"{name}_sum{rendered} {format_value(total)}")
+    for quantile, value in zip(quantiles, values, strict=True):
+        lines.append(f"{name}{format_labels([*labels, ('quantile', format_value(quantile))])}"
+                     f" {format_value(value)}")

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
-from naiad.scheduling.batch_policy import Cut
+from naiad.scheduling.batch_policy import Cut, CutReason
 
 ADAPTIVE_PARAMETER = "naiad.adaptive_batching"
 # At most this many batches go without a probe wait when waits keep finding nobody.
@@ -59,15 +59,14 @@ class AdaptiveWait:
         quiet_until = self.last_arrival + max(2 * self.gap_ns, _MIN_QUIET_NS)
         if self.probing:
             if now_ns >= quiet_until:
-                return Cut(cut.count, 0, "adaptive: no request arrived for twice the recent "
-                                         "gap between arrivals")
-            return Cut(cut.count, min(cut.wait_until, quiet_until), "")
+                return Cut(cut.count, 0, CutReason.ADAPTIVE_QUIET)
+            return Cut(cut.count, min(cut.wait_until, quiet_until), None)
         if self.skip:
             self.skip -= 1
-            return Cut(cut.count, 0, "adaptive: recent waits found no company")
+            return Cut(cut.count, 0, CutReason.ADAPTIVE_BACKOFF)
         self.probing = True
         self.probe_count = cut.count
-        return Cut(cut.count, min(cut.wait_until, quiet_until), "")
+        return Cut(cut.count, min(cut.wait_until, quiet_until), None)
 
     def dispatched(self, count: int) -> None:
         """A batch of ``count`` requests left; learn from the wait that preceded it."""

@@ -3,12 +3,43 @@
 Kept apart from the batcher's queues and timers so the rule can be read, and tested, on
 its own. Given the queued requests in dispatch order, :func:`cut_batch` answers "send the
 first N now, and why" or "wait until T".
+
+Why a batch was cut is one of a small fixed set of :class:`CutReason` values: the batcher
+counts them per model version (``naiad_batch_cut_total{reason=...}`` on the metrics port)
+and logs each cut at verbose level, so an operator sees why batches are the size they are.
 """
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Collection, Sequence
 from typing import NamedTuple, Protocol
+
+
+class CutReason(enum.Enum):
+    """Why a dynamic batch was sent: the value is the metric's ``reason`` label, the
+    description what the verbose log says."""
+
+    #: the batch reached a ``preferred_batch_size`` (or the largest one cannot be exceeded)
+    PREFERRED_SIZE = ("preferred_size", "a preferred batch size was reached")
+    #: the next request would not fit in ``max_batch_size``
+    MAX_BATCH_SIZE = ("max_batch_size", "max_batch_size was reached")
+    #: the next request's inputs have other shapes, so it cannot join
+    SHAPES_DIFFER = ("shapes_differ", "the next request's input shapes differ")
+    #: the oldest request waited out ``max_queue_delay_microseconds``
+    DELAY_EXPIRED = ("delay_expired", "max_queue_delay_microseconds expired")
+    #: no delay configured: everything queued went at once
+    QUEUE_EMPTY = ("queue_empty", "everything queued went (no max_queue_delay_microseconds)")
+    #: adaptive batching: no request arrived for twice the recent gap between arrivals
+    ADAPTIVE_QUIET = ("adaptive_quiet", "adaptive batching: no request arrived for twice "
+                                        "the recent gap between arrivals")
+    #: adaptive batching: recent waits found no company, so this batch did not wait
+    ADAPTIVE_BACKOFF = ("adaptive_backoff", "adaptive batching: recent waits found no "
+                                            "company")
+
+    def __init__(self, label: str, description: str) -> None:
+        self.label = label
+        self.description = description
 
 
 class Queued(Protocol):
@@ -26,11 +57,12 @@ class Queued(Protocol):
 
 class Cut(NamedTuple):
     """The decision: send the first ``count`` requests now (``wait_until`` 0) or wait until
-    ``wait_until`` (perf_counter_ns) for more. ``reason`` says why a batch was cut."""
+    ``wait_until`` (perf_counter_ns) for more. ``reason`` says why a batch was cut (None
+    while waiting)."""
 
     count: int
     wait_until: int
-    reason: str
+    reason: CutReason | None
 
 
 def cut_batch(queued: Sequence[Queued], max_batch_size: int, preferred: Collection[int],
@@ -42,35 +74,37 @@ def cut_batch(queued: Sequence[Queued], max_batch_size: int, preferred: Collecti
     ``delay_ns`` (then everything goes); a batch that cannot grow goes at once; with no
     delay configured everything goes; otherwise wait for the delay to run out."""
     rows = count = best = 0
-    stopped = best_reason = ""
+    stopped = best_reason = None
+    # With no preferred sizes the largest "preferred" size is max_batch_size itself.
+    full = CutReason.PREFERRED_SIZE if preferred else CutReason.MAX_BATCH_SIZE
     key = queued[0].shape_key
     oldest = queued[0].enqueue_ns
     for item in queued:
         if count:
             if best == 0 and rows + item.rows > max_preferred:
                 best = count  # a full preferred batch without this request
-                best_reason = f"the next request would exceed batch size {max_preferred}"
+                best_reason = full
             if rows + item.rows > max_batch_size:
-                stopped = f"max_batch_size {max_batch_size} reached"
+                stopped = CutReason.MAX_BATCH_SIZE
                 break
             if item.shape_key != key:
-                stopped = "the next request's input shapes differ"
+                stopped = CutReason.SHAPES_DIFFER
                 break
         rows += item.rows
         count += 1
         oldest = min(oldest, item.enqueue_ns)
         if rows in preferred:
             best = count
-            best_reason = f"preferred batch size {rows} reached"
+            best_reason = CutReason.PREFERRED_SIZE
     delay_expired = delay_ns > 0 and now_ns - oldest >= delay_ns
     if best and not delay_expired:
         return Cut(best, 0, best_reason)
     if stopped:
         return Cut(count, 0, stopped)
     if delay_expired:
-        return Cut(count, 0, "max_queue_delay_microseconds expired")
+        return Cut(count, 0, CutReason.DELAY_EXPIRED)
     if rows >= max_preferred:
-        return Cut(count, 0, f"batch size {rows} reached {max_preferred}")
+        return Cut(count, 0, full)
     if delay_ns == 0:
-        return Cut(count, 0, "queue empty (no max_queue_delay_microseconds)")
-    return Cut(count, oldest + delay_ns, "")
+        return Cut(count, 0, CutReason.QUEUE_EMPTY)
+    return Cut(count, oldest + delay_ns, None)

@@ -37,9 +37,10 @@ from naiad.errors import InferenceServerError, Status
 from naiad.hookspecs import hookimpl
 from naiad.scheduling.adaptive import ADAPTIVE_PARAMETER, AdaptiveWait, adaptive_enabled
 from naiad.scheduling.base import Scheduler, SchedulerFactory, SchedulingContext
-from naiad.scheduling.batch_policy import cut_batch
+from naiad.scheduling.batch_policy import CutReason, cut_batch
 from naiad.scheduling.queues import PriorityQueues, Waiting
 from naiad.scheduling.worker import Execution, InstanceWorker
+from naiad.stats import REJECTED
 from naiad.types import InferenceRequest, InferenceResponse
 
 log = logging.getLogger("naiad.scheduling.dynamic")
@@ -64,6 +65,7 @@ class DynamicBatcher(Scheduler):
         config = context.config
         batching = config.dynamic_batching
         self.name = context.name
+        self.version = context.version
         self.stats = context.stats
         self.max_batch_size = max(config.max_batch_size, 1)
         self.batches_requests = config.max_batch_size > 0
@@ -91,7 +93,6 @@ class DynamicBatcher(Scheduler):
         self._next_to_send = 0
         self._finished: dict[int, Reply] = {}
         self._dropped: set[int] = set()
-        self._verbose = log.isEnabledFor(logging.DEBUG)
 
     # --- the request side ---------------------------------------------------------------
 
@@ -150,9 +151,15 @@ class DynamicBatcher(Scheduler):
             batch = candidates[:cut.count]
             if self.adaptive is not None:
                 self.adaptive.dispatched(len(batch))
-            if self._verbose:
-                log.debug("model '%s': batch of %d request(s) (%d rows) cut: %s", self.name,
-                          len(batch), sum(item.rows for item in batch), cut.reason)
+            reason: CutReason | None = cut.reason
+            assert reason is not None, "a batch sent now always has its reason"
+            self.stats.record_batch_cut(reason.label)
+            # Checked per cut (a cached dict lookup), so --log-verbose changed through the
+            # logging extension applies at once; nothing is formatted unless it is on.
+            if log.isEnabledFor(logging.DEBUG):
+                log.debug("model '%s' version %d: batch of %d request(s) (%d rows) cut: %s "
+                          "(%s)", self.name, self.version, len(batch),
+                          sum(item.rows for item in batch), reason.label, reason.description)
             self._run(batch)
         if self.queues.next_deadline:
             self._wake(self.queues.next_deadline)
@@ -217,7 +224,8 @@ class DynamicBatcher(Scheduler):
                 f"within its queue timeout", Status.UNAVAILABLE)
             self._answer(item, InferenceResponse(error=error))
             waited = time.perf_counter_ns() - item.request.arrival_ns
-            self.stats.record_request(False, item.rows, waited, 0, 0, 0, 0)
+            # as Triton counts a queue policy's timeout: a failure for reason REJECTED
+            self.stats.record_request(False, item.rows, waited, 0, 0, 0, 0, REJECTED)
 
     def _take(self) -> tuple[list[Launch], list[Reply]]:
         """What the lock's holder decided, for it to carry out once it lets go."""
