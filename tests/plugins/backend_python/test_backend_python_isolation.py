@@ -321,7 +321,8 @@ def _can_mount_a_private_dev_shm() -> bool:
 def test_a_dev_shm_too_small_for_the_tensors_still_serves(repo: Path) -> None:
     """/dev/shm of 64 KiB (a private mount in a mount namespace of the server's own)."""
     serve = [sys.executable, "-m", "naiad", "serve", "--http-address", "127.0.0.1",
-             "--grpc-address", "127.0.0.1", "--http-port", "{http_port}", "--grpc-port",
+             "--grpc-address", "127.0.0.1", "--metrics-address", "127.0.0.1",
+             "--http-port", "{http_port}", "--grpc-port",
              "{grpc_port}", "--metrics-port", "{metrics_port}", "--model-repository",
              str(repo)]
     script = "mount -t tmpfs -o size=64k tmpfs /dev/shm && exec \"$@\""
