@@ -1,11 +1,14 @@
 """The logging extension (read and change the log switches while serving) and the trace
-extension (tracing reads as off and cannot be turned on), over HTTP and gRPC, with
-tritonclient against a real server."""
+extension (read and change the trace settings, globally and per model, as Triton 2.51
+does: tests/compat/TRITON_OBSERVED.md, "Tracing"), over HTTP and gRPC, with tritonclient
+against a real server."""
 
 from __future__ import annotations
 
+import json
 import time
 
+import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
@@ -88,20 +91,143 @@ def test_unknown_settings_are_ignored_as_in_triton(server):
         assert client.update_log_settings({"nope": 1}) == DEFAULTS
 
 
+TRACE_DEFAULTS = {"trace_level": ["OFF"], "trace_rate": "1000", "trace_count": "-1",
+                  "log_frequency": "0", "trace_file": "", "trace_mode": "triton"}
+
+
+def grpc_trace(client, model: str = "", **changes) -> dict:
+    """The settings as tritonclient.grpc returns them, values as lists."""
+    if changes:
+        answer = client.update_trace_settings(model_name=model, settings=changes, as_json=True)
+    else:
+        answer = client.get_trace_settings(model_name=model, as_json=True)
+    return {key: value.get("value", []) for key, value in answer["settings"].items()}
+
+
 @pytest.mark.parametrize("model", ["", "add_sub"])
-def test_trace_settings_read_as_off_and_cannot_be_turned_on(server, model):
+def test_trace_settings_read_as_tritons_defaults(server, model):
     with httpclient.InferenceServerClient(server.http_url) as client:
-        assert client.get_trace_settings(model_name=model) == {
-            "trace_level": ["OFF"], "trace_rate": "1000", "trace_count": "-1",
-            "log_frequency": "0", "trace_file": "", "trace_mode": "triton"}
-        with pytest.raises(InferenceServerException) as info:
-            client.update_trace_settings(model_name=model,
-                                         settings={"trace_level": ["TIMESTAMPS"]})
-    assert info.value.status() == "400" and "naiad does not trace" in info.value.message()
+        assert client.get_trace_settings(model_name=model) == TRACE_DEFAULTS
+    with grpcclient.InferenceServerClient(server.grpc_url) as client:
+        assert grpc_trace(client, model) == {
+            "trace_level": ["OFF"], "trace_rate": ["1000"], "trace_count": ["-1"],
+            "log_frequency": ["0"], "trace_file": [""], "trace_mode": ["triton"]}
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_without_a_trace_file_tracing_cannot_be_turned_on(server, protocol):
+    module = httpclient if protocol == "http" else grpcclient
+    url = server.http_url if protocol == "http" else server.grpc_url
+    with module.InferenceServerClient(url) as client, \
+            pytest.raises(InferenceServerException) as info:
+        client.update_trace_settings(settings={"trace_level": ["TIMESTAMPS"]})
+    assert info.value.status() in ("400", "StatusCode.INVALID_ARGUMENT")
+    assert info.value.message() == ("Attempting to set invalid trace setting :trace file name "
+                                    "is not given")
 
 
 def test_trace_settings_of_an_unknown_model_name_it(server):
     with httpclient.InferenceServerClient(server.http_url) as client, \
             pytest.raises(InferenceServerException) as info:
         client.get_trace_settings(model_name="nope")
-    assert "nope" in info.value.message()
+    assert info.value.status() == "400"
+    assert info.value.message() == "Request for unknown model : nope"
+    with grpcclient.InferenceServerClient(server.grpc_url) as client, \
+            pytest.raises(InferenceServerException) as info:
+        client.update_trace_settings(model_name="nope", settings={"trace_rate": "3"})
+    assert info.value.status() == "StatusCode.INVALID_ARGUMENT"
+
+
+@pytest.fixture
+def traced(tmp_path):
+    """A server with a trace file and tracing off: the trace extension turns it on."""
+    write_model(tmp_path / "models", "add_sub", ADD_SUB_CONFIG, ADD_SUB_PY)
+    trace_file = tmp_path / "trace.json"
+    with naiad_server("--model-repository", str(tmp_path / "models"),
+                      "--trace-config", f"triton,file={trace_file}") as process:
+        process.trace_file = trace_file
+        yield process
+
+
+def test_global_and_model_settings_change_over_both_protocols(traced):
+    with httpclient.InferenceServerClient(traced.http_url) as http, \
+            grpcclient.InferenceServerClient(traced.grpc_url) as grpc:
+        assert http.update_trace_settings(settings={"trace_rate": "7", "trace_count": "9"}) == {
+            **TRACE_DEFAULTS, "trace_rate": "7", "trace_count": "9",
+            "trace_file": str(traced.trace_file)}
+        # A model's setting: its own values, the others copied from the global ones...
+        model = grpc_trace(grpc, "add_sub", trace_level=["TIMESTAMPS"], trace_rate="5")
+        assert (model["trace_level"], model["trace_rate"], model["trace_count"]) == \
+            (["TIMESTAMPS"], ["5"], ["9"])
+        assert http.get_trace_settings()["trace_level"] == ["OFF"]
+        # ...which follow the global changes,
+        http.update_trace_settings(settings={"trace_count": "11"})
+        assert http.get_trace_settings(model_name="add_sub")["trace_count"] == "11"
+        # and a cleared value falls back to the global one (null over HTTP, none over gRPC).
+        assert grpc_trace(grpc, "add_sub", trace_rate=None)["trace_rate"] == ["7"]
+        cleared = http.update_trace_settings(model_name="add_sub",
+                                             settings={"trace_level": None})
+        assert cleared == http.get_trace_settings()
+        assert http.update_trace_settings(settings={"trace_rate": None})["trace_rate"] == "1000"
+
+
+# tritonclient.grpc sends every value as a list of strings: the wrong types go over HTTP only.
+@pytest.mark.parametrize(("settings", "message", "over_grpc"), [
+    ({"trace_rate": "abc"}, "Unable to parse 'trace_rate', got: abc", True),
+    ({"trace_count": "-2"}, "Unable to parse 'trace_count'. Expecting value >= -1, got:-2",
+     True),
+    ({"log_frequency": "4294967296"}, "Unable to parse 'log_frequency', value is out of range",
+     True),
+    ({"trace_level": ["OFF", "TIMESTAMPS"]}, "Expect only one trace level 'OFF' is specified",
+     True),
+    ({"trace_level": ["LOUD"]}, "unknown trace level 'LOUD' in 'trace_level'", True),
+    ({"trace_rate": ["3", "4"]}, "expect only 1 value for 'trace_rate'", True),
+    ({"trace_rate": 5}, "'trace_rate' must be a string", False),
+    ({"trace_level": "TIMESTAMPS"}, "'trace_level' must be a list of strings", False),
+    ({"trace_mode": "opentelemetry"}, "'trace_mode' is fixed at start-up", True),
+    ({"trace_rate": "0", "trace_level": ["TIMESTAMPS"]},
+     "Attempting to set invalid trace setting :sample rate must be non-zero", True),
+])
+def test_bad_trace_settings_are_refused_and_change_nothing(traced, settings, message,
+                                                           over_grpc):
+    with httpclient.InferenceServerClient(traced.http_url) as client:
+        before = client.get_trace_settings()
+        with pytest.raises(InferenceServerException) as info:
+            client.update_trace_settings(settings=settings)
+        assert info.value.status() == "400" and message in info.value.message()
+        if over_grpc:
+            with grpcclient.InferenceServerClient(traced.grpc_url) as grpc, \
+                    pytest.raises(InferenceServerException) as info:
+                grpc.update_trace_settings(model_name="add_sub", settings=settings)
+            assert info.value.status() == "StatusCode.INVALID_ARGUMENT"
+            assert message in info.value.message()
+        assert client.get_trace_settings() == before
+        assert client.get_trace_settings(model_name="add_sub") == before
+
+
+def test_the_trace_file_cannot_change_at_run_time(traced):
+    message = "trace file location can not be updated through network protocol"
+    with httpclient.InferenceServerClient(traced.http_url) as client, \
+            pytest.raises(InferenceServerException) as info:
+        client.update_trace_settings(settings={"trace_file": "/tmp/elsewhere.json"})
+    assert info.value.message() == message
+    with grpcclient.InferenceServerClient(traced.grpc_url) as client, \
+            pytest.raises(InferenceServerException) as info:
+        client.update_trace_settings(settings={"trace_file": "/tmp/elsewhere.json"})
+    assert info.value.status() == "StatusCode.UNIMPLEMENTED" and info.value.message() == message
+
+
+def test_turning_tracing_on_for_one_model_traces_its_requests(traced):
+    inputs = [httpclient.InferInput(name, [4], "FP32") for name in ("INPUT0", "INPUT1")]
+    for tensor in inputs:
+        tensor.set_data_from_numpy(np.ones(4, dtype=np.float32))
+    with httpclient.InferenceServerClient(traced.http_url) as client:
+        client.infer("add_sub", inputs, request_id="before")
+        client.update_trace_settings(model_name="add_sub",
+                                     settings={"trace_level": ["TIMESTAMPS"], "trace_rate": "1"})
+        client.infer("add_sub", inputs, request_id="traced")
+        client.update_trace_settings(model_name="add_sub", settings={"trace_level": ["OFF"]})
+        client.infer("add_sub", inputs, request_id="after")
+    assert traced.stop() == 0
+    records = json.loads(traced.trace_file.read_text())
+    assert [r["request_id"] for r in records if "model_name" in r] == ["traced"]
