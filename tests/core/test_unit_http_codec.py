@@ -236,10 +236,44 @@ def test_decode_shm_input(registry, shm_key):
     np.testing.assert_array_equal(req.inputs["A"].data, [1.5, 2.5])
 
 
-def test_decode_shm_input_of_unregistered_region():
-    rejected({"inputs": [{"name": "A", "datatype": "FP32", "shape": [1], "parameters": {
-        "shared_memory_region": "nope", "shared_memory_byte_size": 4}}]},
-        "input 'A'", "'nope' is not registered")
+def test_decode_shm_input_of_unregistered_region_is_not_found():
+    with pytest.raises(InferenceServerError) as info:
+        decode({"inputs": [{"name": "A", "datatype": "FP32", "shape": [1], "parameters": {
+            "shared_memory_region": "nope", "shared_memory_byte_size": 4}}]})
+    assert info.value.status is Status.NOT_FOUND
+    assert "input 'A' of model 'add_sub'" in info.value.message
+    assert "'nope' is not registered" in info.value.message
+
+
+SHM_OUT = {"shared_memory_region": "out", "shared_memory_byte_size": 16}
+
+
+@pytest.mark.parametrize(("params", "status", "fragments"), [
+    ({"shared_memory_region": "nope", "shared_memory_byte_size": 16}, Status.NOT_FOUND,
+     ("'nope' is not registered",)),
+    ({**SHM_OUT, "shared_memory_offset": 60}, Status.INVALID_ARG, ("outside region 'out'",)),
+    ({**SHM_OUT, "binary_data": True}, Status.INVALID_ARG,
+     ("can't set both 'shared_memory_region' and 'binary_data'",)),
+    ({"shared_memory_region": "out"}, Status.INVALID_ARG, ("shared_memory_byte_size",)),
+    ({"classification": 2}, Status.UNSUPPORTED, ("classification",)),
+])
+def test_decode_refuses_bad_output_parameters_before_the_request_runs(
+        registry, shm_key, params, status, fragments):
+    registry.register("out", shm_key, 0, 64)
+    with pytest.raises(InferenceServerError) as info:
+        decode({"inputs": [fp32("A", [1])], "outputs": [{"name": "SUM", "parameters": params}]},
+               registry=registry)
+    assert info.value.status is status
+    assert "output 'SUM' of model 'add_sub'" in info.value.message
+    for fragment in fragments:
+        assert fragment in info.value.message, info.value.message
+
+
+def test_decode_accepts_a_shm_output_with_binary_data_false(registry, shm_key):
+    registry.register("out", shm_key, 0, 64)
+    req = decode({"inputs": [fp32("A", [1])], "outputs": [
+        {"name": "SUM", "parameters": {**SHM_OUT, "binary_data": False}}]}, registry=registry)
+    assert req.requested_outputs == [RequestedOutput("SUM", {**SHM_OUT, "binary_data": False})]
 
 
 # --- encode_response ------------------------------------------------------------------------
@@ -273,6 +307,11 @@ def test_encode_json_response_matches_triton():
          "data": [-9.0, -18.0, -27.0, -36.0]}]}
 
 
+def test_encode_keys_in_tritons_order():
+    doc, _, _ = encode(make_request(request_id="req-1"), SUM, sequence_end=True)
+    assert list(doc) == ["id", "model_name", "model_version", "parameters", "outputs"]
+
+
 def test_encode_without_id_or_parameters_leaves_the_keys_out():
     doc, _, _ = encode(make_request(), SUM)
     assert list(doc) == ["model_name", "model_version", "outputs"]
@@ -292,14 +331,18 @@ def test_encode_binary_data_output_makes_every_output_binary_in_order():
     assert tail == SUM.data.tobytes() + b"\x05\x00\x00\x00hello\x06\x00\x00\x00w\xc3\xb6rld"
 
 
-def test_encode_per_output_binary_false_overrides_the_default():
+def test_encode_binary_data_output_applies_only_when_no_output_is_named():
+    # tritonserver 2.51: a named output is binary only with its own binary_data true
     request = make_request([RequestedOutput("SUM", {"binary_data": False}),
-                            RequestedOutput("DIFF")], binary_data_output=True)
-    doc, tail, _ = encode(request, SUM, DIFF)
+                            RequestedOutput("DIFF"),
+                            RequestedOutput("TEXT", {"binary_data": True})],
+                           binary_data_output=True)
+    doc, tail, _ = encode(request, SUM, DIFF, TEXT)
     assert doc["outputs"][0]["data"] == [11.0, 22.0, 33.0, 44.0]
-    assert "parameters" not in doc["outputs"][0]
-    assert doc["outputs"][1]["parameters"] == {"binary_data_size": 16}
-    assert tail == DIFF.data.tobytes()
+    assert doc["outputs"][1]["data"] == [-9.0, -18.0, -27.0, -36.0]
+    assert "parameters" not in doc["outputs"][0] and "parameters" not in doc["outputs"][1]
+    assert doc["outputs"][2]["parameters"] == {"binary_data_size": 19}
+    assert tail == b"\x05\x00\x00\x00hello\x06\x00\x00\x00w\xc3\xb6rld"
 
 
 def test_encode_per_output_binary_true_without_default():
@@ -315,7 +358,7 @@ def test_encode_json_bytes_as_strings():
     assert doc["outputs"][0]["data"] == ["hello", "wörld"]
 
 
-def test_encode_shm_output_writes_the_region_and_reports_it(registry, shm_key):
+def test_encode_shm_output_writes_the_region_and_lists_the_output_bare(registry, shm_key):
     registry.register("out", shm_key, 0, 64)
     request = make_request([RequestedOutput("SUM", {"shared_memory_region": "out",
                                                     "shared_memory_byte_size": 32,
@@ -325,12 +368,9 @@ def test_encode_shm_output_writes_the_region_and_reports_it(registry, shm_key):
                            binary_data_output=True)
     doc, tail, length = encode(request, SUM, DIFF, registry=registry)
     assert length is None and tail == b""
-    assert doc["outputs"][0]["parameters"] == {"shared_memory_region": "out",
-                                               "shared_memory_byte_size": 16,
-                                               "shared_memory_offset": 16}
-    assert doc["outputs"][1]["parameters"] == {"shared_memory_region": "out",
-                                               "shared_memory_byte_size": 16}
-    assert all("data" not in o for o in doc["outputs"])
+    # as tritonserver: no 'parameters' (perf_analyzer reads them as binary data) and no data
+    assert doc["outputs"] == [{"name": "SUM", "datatype": "FP32", "shape": [4]},
+                              {"name": "DIFF", "datatype": "FP32", "shape": [4]}]
     assert registry.read("out", 16, 16, "t") == SUM.data.tobytes()
     assert registry.read("out", 0, 16, "t") == DIFF.data.tobytes()
 

@@ -10,6 +10,7 @@ import pytest
 from expect import rejected
 
 from naiad.errors import Status
+from naiad.shm import cuda_register, cuda_status, cuda_unregister
 
 SIZE = 64
 
@@ -145,15 +146,26 @@ def test_write_larger_than_the_given_size_is_rejected(registry, shm_key):
     assert registry.read("out", 0, 6, "t") == bytes(range(6))
 
 
-def test_access_to_unknown_region_names_it(registry):
+def test_access_to_unknown_region_is_not_found_and_names_it(registry):
+    # NOT_FOUND (404), as tritonserver answers a request naming an unregistered region
     rejected(lambda: registry.read("nope", 0, 1, "input 'X' of model 'm'"),
-             "input 'X' of model 'm'", "'nope' is not registered")
+             "input 'X' of model 'm'", "'nope' is not registered", status=Status.NOT_FOUND)
     rejected(lambda: registry.write("nope", 0, 1, b"x", "output 'Y' of model 'm'"),
-             "output 'Y' of model 'm'", "'nope' is not registered")
+             "output 'Y' of model 'm'", "'nope' is not registered", status=Status.NOT_FOUND)
+    rejected(lambda: registry.check("nope", 0, 1, "output 'Y' of model 'm'"),
+             "output 'Y' of model 'm'", "'nope' is not registered", status=Status.NOT_FOUND)
+
+
+def test_check_is_a_bounds_check_without_access(registry, shm_key):
+    registry.register("out", shm_key, 8, 16)
+    registry.check("out", 0, 16, "t")
+    rejected(lambda: registry.check("out", 8, 9, "output 'Y' of model 'm'"),
+             "output 'Y' of model 'm'", "outside region 'out'", "(16 bytes)")
 
 
 def test_status_of_unknown_region_is_not_found(registry):
-    rejected(lambda: registry.status("nope"), "'nope'", status=Status.NOT_FOUND)
+    rejected(lambda: registry.status("nope"),
+             "Unable to find system shared memory region: 'nope'", status=Status.NOT_FOUND)
 
 
 def test_unregister_one_keeps_the_others(registry, shm_key):
@@ -161,7 +173,8 @@ def test_unregister_one_keeps_the_others(registry, shm_key):
     registry.register("b", shm_key, 8, 8)
     registry.unregister("a")
     assert [r["name"] for r in registry.status()] == ["b"]
-    rejected(lambda: registry.read("a", 0, 1, "t"), "'a' is not registered")
+    rejected(lambda: registry.read("a", 0, 1, "t"), "'a' is not registered",
+             status=Status.NOT_FOUND)
 
 
 def test_unregister_unknown_name_is_a_no_op(registry, shm_key):
@@ -185,3 +198,22 @@ def test_a_name_can_be_registered_again_after_unregister(registry, shm_key):
     registry.unregister("a")
     registry.register("a", shm_key, 8, 8)
     assert registry.read("a", 0, 1, "t") == bytes([8])
+
+
+# --- CUDA shared memory: never implemented, so no region is ever held ---------------------
+
+
+def test_cuda_status_lists_no_region_and_a_named_one_is_not_found():
+    assert cuda_status() == [] and cuda_status("") == []
+    rejected(lambda: cuda_status("r"), "Unable to find cuda shared memory region: 'r'",
+             status=Status.NOT_FOUND)
+
+
+def test_cuda_unregister_has_nothing_to_do():
+    assert cuda_unregister() is None
+    assert cuda_unregister("r") is None
+
+
+def test_cuda_register_is_refused_with_the_reason():
+    rejected(lambda: cuda_register("r"), "'r'", "CUDA shared memory", "system shared memory",
+             status=Status.UNSUPPORTED)

@@ -12,11 +12,13 @@ import pytest
 from expect import rejected
 
 from naiad.datatypes import NUMPY_DTYPES, serialize_bytes
+from naiad.errors import Status
 from naiad.frontends.tensors import (
     check_header,
     from_list,
     from_raw,
     read_shm_input,
+    requested_output_target,
     shm_output_target,
     to_list,
     to_raw,
@@ -415,7 +417,7 @@ def test_shm_input_through_a_real_registry(shm_key):
                  "input 'X' of model 'm'", "outside region 'in0'")
         params = {"shared_memory_region": "nope", "shared_memory_byte_size": 4}
         rejected(lambda: read_shm_input(registry, "m", "X", "INT32", (1,), params),
-                 "input 'X' of model 'm'", "'nope' is not registered")
+                 "input 'X' of model 'm'", "'nope' is not registered", status=Status.NOT_FOUND)
     finally:
         registry.unregister_all()
 
@@ -425,3 +427,27 @@ def test_shm_input_with_non_string_region_name_is_an_invalid_arg():
     params = {"shared_memory_region": ["in0"], "shared_memory_byte_size": 4}
     rejected(lambda: read_shm_input(registry, "m", "X", "INT32", (1,), params),
              "input 'X' of model 'm'", "shared_memory_region")
+
+
+def test_requested_output_target_is_checked_before_the_request_runs(shm_key):
+    registry = SharedMemoryRegistry()
+    registry.register("out", shm_key, 0, 32)
+    try:
+        assert requested_output_target(registry, "m", "Y", {"binary_data": True}) is None
+        params = {"shared_memory_region": "out", "shared_memory_byte_size": 16,
+                  "shared_memory_offset": 8}
+        assert requested_output_target(registry, "m", "Y", params) == ("out", 8, 16)
+        params["shared_memory_offset"] = 24
+        rejected(lambda: requested_output_target(registry, "m", "Y", params),
+                 "output 'Y' of model 'm'", "outside region 'out'")
+        params = {"shared_memory_region": "nope", "shared_memory_byte_size": 4}
+        rejected(lambda: requested_output_target(registry, "m", "Y", params),
+                 "output 'Y' of model 'm'", "'nope' is not registered", status=Status.NOT_FOUND)
+    finally:
+        registry.unregister_all()
+
+
+def test_requested_output_classification_is_refused():
+    rejected(lambda: requested_output_target(SharedMemoryRegistry(), "m", "Y",
+                                             {"classification": 2}),
+             "output 'Y' of model 'm'", "classification", status=Status.UNSUPPORTED)

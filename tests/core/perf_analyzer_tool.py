@@ -1,0 +1,121 @@
+"""The real perf_analyzer for the tests: found or set up, run, and its output judged.
+
+perf_analyzer is the binary that the ``tritonclient==2.51.0`` wheel carries; the shared
+``setup.sh`` (``../shared/perf_analyzer/``, or ``NAIAD_PERF_ANALYZER_SCRIPTS``) builds a
+virtual environment holding it (``PA_VENV``, default ``<tempdir>/naiad-perf-analyzer-venv``)
+and prints that environment's path. The binary links ``libcudart.so.12``, which comes from
+PyPI's ``nvidia-cuda-runtime-cu12`` in the same environment: no GPU is needed for HTTP, gRPC
+and system shared memory.
+
+Environment:
+  NAIAD_PERF_ANALYZER_SCRIPTS   folder of setup.sh (default <repo>/../shared/perf_analyzer)
+  PA_VENV                       where setup.sh puts the environment
+  NAIAD_REQUIRE_PERF_ANALYZER=1 fail instead of skipping when it cannot be set up
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+SECONDS = 1.0
+REPO_ROOT = Path(__file__).resolve().parents[2]
+SCRIPTS = Path(os.environ.get("NAIAD_PERF_ANALYZER_SCRIPTS",
+                              REPO_ROOT.parent / "shared" / "perf_analyzer"))
+DEFAULT_VENV = Path(tempfile.gettempdir()) / "naiad-perf-analyzer-venv"
+# A first setup downloads two wheels; later ones only check the binary runs.
+SETUP_TIMEOUT = 900 * SECONDS
+# A guard against a run that hangs, not a measurement: a run takes a second or two.
+RUN_TIMEOUT = 120 * SECONDS
+
+# A line of perf_analyzer's output that reports a problem ("Thread [0] had error: ...",
+# "Failed to ...", "Unable to unregister all shared memory regions", "WARNING: ...").
+PROBLEM = re.compile(r"error|fail|unable|warn", re.IGNORECASE)
+# "Request count: N" of the client section of each measurement.
+CLIENT_REQUESTS = re.compile(r"^\s*Client:\s*\n\s*Request count: (\d+)", re.MULTILINE)
+
+
+@dataclass(frozen=True)
+class PerfAnalyzer:
+    """The binary and the environment it runs in."""
+
+    binary: Path
+    env: dict[str, str]
+
+    def run(self, *args: str) -> Run:
+        proc = subprocess.run([str(self.binary), *args], env=self.env, capture_output=True,
+                              text=True, timeout=RUN_TIMEOUT)
+        return Run(list(args), proc.returncode, proc.stdout + proc.stderr)
+
+
+@dataclass(frozen=True)
+class Run:
+    args: list[str]
+    returncode: int
+    output: str
+
+    @property
+    def problems(self) -> list[str]:
+        """The lines that report an error, a failure or a warning."""
+        return [line for line in self.output.splitlines() if PROBLEM.search(line)]
+
+    @property
+    def client_requests(self) -> int:
+        """Requests perf_analyzer counted in its measurements (every level together)."""
+        return sum(int(n) for n in CLIENT_REQUESTS.findall(self.output))
+
+    def explain(self) -> str:
+        return f"perf_analyzer {' '.join(self.args)}\nexit {self.returncode}\n{self.output}"
+
+
+def _unavailable(reason: str) -> None:
+    if os.environ.get("NAIAD_REQUIRE_PERF_ANALYZER") == "1":
+        pytest.fail(f"perf_analyzer required (NAIAD_REQUIRE_PERF_ANALYZER=1) but unavailable: "
+                    f"{reason}", pytrace=False)
+    pytest.skip(f"the real perf_analyzer is unavailable: {reason}")
+
+
+def _environment(venv: Path) -> PerfAnalyzer | None:
+    binary = venv / "bin" / "perf_analyzer"
+    cudart = sorted(venv.glob("lib/python3*/site-packages/nvidia/cuda_runtime/lib"))
+    if not binary.exists() or not cudart:
+        return None
+    library_path = os.pathsep.join(filter(None, [str(cudart[0]),
+                                                 os.environ.get("LD_LIBRARY_PATH")]))
+    tool = PerfAnalyzer(binary, {**os.environ, "LD_LIBRARY_PATH": library_path})
+    try:
+        works = tool.run("--version").returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        works = False
+    return tool if works else None
+
+
+def find_or_set_up() -> PerfAnalyzer:
+    """The working perf_analyzer; runs setup.sh when there is none yet (skips, with the
+    reason, when it cannot be had)."""
+    venv = Path(os.environ.get("PA_VENV", DEFAULT_VENV))
+    tool = _environment(venv)
+    if tool is not None:
+        return tool
+    setup = SCRIPTS / "setup.sh"
+    if not setup.exists():
+        _unavailable(f"no {setup} (set NAIAD_PERF_ANALYZER_SCRIPTS)")
+    try:
+        proc = subprocess.run(["bash", str(setup)], env={**os.environ, "PA_VENV": str(venv)},
+                              capture_output=True, text=True, timeout=SETUP_TIMEOUT)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        _unavailable(f"{setup} did not finish: {exc}")
+    printed = proc.stdout.strip().splitlines()
+    if proc.returncode == 0 and printed:
+        tool = _environment(Path(printed[-1]))
+        if tool is not None:
+            return tool
+    _unavailable(f"{setup} failed (exit {proc.returncode}):\n"
+                 f"{(proc.stdout + proc.stderr)[-1500:]}")
+    raise AssertionError("unreachable: _unavailable skips or fails")
