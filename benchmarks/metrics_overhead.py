@@ -111,20 +111,24 @@ def figures(values: list[float]) -> dict[str, float]:
             "p99": ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]}
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def arguments(description: str) -> argparse.Namespace:
+    """The command line of this script and of those that compare servers the same way."""
+    parser = argparse.ArgumentParser(description=description.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--requests", type=int, default=2000, help="per round and target")
     parser.add_argument("--warmup", type=int, default=300)
     parser.add_argument("--max-seconds", type=float, default=30.0, help="per round")
-    args = parser.parse_args()
-    rounds: dict[str, list[dict[str, float]]] = {name: [] for name in TARGETS}
-    with tempfile.TemporaryDirectory(prefix="naiad-bench-metrics-") as tmp, ExitStack() as stack:
-        repo = repository(Path(tmp))
+    return parser.parse_args()
+
+
+def compare(commands: dict[str, list[str]], baseline: str, args: argparse.Namespace) -> None:
+    """Start every server of ``commands`` (target -> command), measure them in turns and
+    print each one's figures and its ratios against ``baseline``."""
+    rounds: dict[str, list[dict[str, float]]] = {name: [] for name in commands}
+    with ExitStack() as stack:
         connections = {}
-        for name, settings in TARGETS.items():
-            server = stack.enter_context(ServerProcess(command(repo, settings),
-                                                       ready_timeout=120))
+        for name, cmd in commands.items():
+            server = stack.enter_context(ServerProcess(cmd, ready_timeout=120))
             conn = http.client.HTTPConnection("127.0.0.1", server.http_port, timeout=30)
             stack.callback(conn.close)
             latencies(conn, args.warmup, args.max_seconds)
@@ -138,12 +142,20 @@ def main() -> int:
     for name, row in result.items():
         print(f"{name:<24} {row['rps']:>9.0f} {row['p50']:>8.0f} {row['p99']:>8.0f}")
     print()
-    base = result[BASELINE]
+    base = result[baseline]
     for name, row in result.items():
-        if name != BASELINE:
-            print(f"{name} / {BASELINE}: throughput {row['rps'] / base['rps']:.3f}, "
+        if name != baseline:
+            print(f"{name} / {baseline}: throughput {row['rps'] / base['rps']:.3f}, "
                   f"p50 latency {row['p50'] / base['p50']:.3f} (median of {args.rounds} "
                   f"rounds of {args.requests})")
+
+
+def main() -> int:
+    args = arguments(__doc__)
+    with tempfile.TemporaryDirectory(prefix="naiad-bench-metrics-") as tmp:
+        repo = repository(Path(tmp))
+        compare({name: command(repo, settings) for name, settings in TARGETS.items()},
+                BASELINE, args)
     return 0
 
 

@@ -9,12 +9,16 @@ import sys
 from collections.abc import Sequence
 
 from naiad import __version__, logs, tritonserver_flags
+from naiad.errors import InferenceServerError
 from naiad.frontends.forwarding import compile_pattern
 from naiad.frontends.grpc.options import COMPRESSION_LEVELS, GRPCOptions
 from naiad.frontends.restrictions import parse_restrictions
+from naiad.metrics_config import MetricsConfig, parse_metrics_config
 from naiad.plugins import installed_plugins
 from naiad.serve import HTTP_SERVERS, Listeners, run
 from naiad.server import MIB, ServerOptions
+from naiad.tracing import DeprecatedFlags, TraceConfig, parse_trace_config
+from naiad.tracing.otel import check_installed as check_opentelemetry_installed
 
 _bool = tritonserver_flags.parse_bool
 
@@ -26,6 +30,32 @@ def _backend_config(value: str) -> tuple[str, str, str]:
     if not eq or not key:
         raise argparse.ArgumentTypeError(f"expected NAME,KEY=VALUE, got '{value}'")
     return name, key, val
+
+
+def _cache_config(value: str) -> tuple[str, str, str]:
+    """``NAME,KEY=VALUE``: one setting of the response cache NAME."""
+    name, comma, setting = value.partition(",")
+    key, eq, val = setting.partition("=")
+    if not (name and comma and key and eq):
+        raise argparse.ArgumentTypeError(f"expected NAME,KEY=VALUE (for example "
+                                         f"local,size=1048576), got '{value}'")
+    return name.strip(), key.strip(), val.strip()
+
+
+def _response_cache(args: argparse.Namespace) -> tuple[str, dict[str, str]]:
+    """The one response cache the command line configures: (name, settings), or ("", {})."""
+    settings: dict[str, dict[str, str]] = {}
+    for name, key, value in args.cache_config:
+        settings.setdefault(name, {})[key] = value
+    if args.response_cache_byte_size:
+        settings.setdefault("local", {}).setdefault("size", str(args.response_cache_byte_size))
+    if not settings:
+        return "", {}
+    if len(settings) > 1:
+        raise ValueError(f"one response cache at a time: --cache-config names "
+                         f"{' and '.join(sorted(settings))}")
+    [(name, values)] = settings.items()
+    return name, values
 
 
 class _Parser(argparse.ArgumentParser):
@@ -145,6 +175,38 @@ def build_parser() -> argparse.ArgumentParser:
     _add_flag(net, "--allow-cpu-metrics", True, "report nv_cpu_* metrics")
     _add_flag(net, "--allow-gpu-metrics", True,
               "report nv_gpu_* metrics of the GPUs NVML sees (needs naiad[gpu])")
+    net.add_argument("--metrics-config", action="append", default=[], metavar="KEY=VALUE",
+                     help="a metrics setting (repeatable): Triton's counter_latencies, "
+                          "summary_latencies, summary_quantiles, histogram_latencies, and "
+                          "naiad's summary_max_age, naiad_histograms, naiad_latency_buckets_ms, "
+                          "naiad_batch_size_buckets, naiad_summary_max_samples "
+                          "(docs/metrics.md)")
+
+    cache = serve.add_argument_group("response cache")
+    cache.add_argument("--cache-config", action="append", default=[], type=_cache_config,
+                       metavar="NAME,KEY=VALUE",
+                       help="a setting of the response cache NAME, from the naiad-cache-NAME "
+                            "plugin (local,size=BYTES; redis,host=...); repeatable, one cache")
+    cache.add_argument("--response-cache-byte-size", type=int, default=0, metavar="BYTES",
+                       help="tritonserver's older spelling of --cache-config "
+                            "local,size=BYTES (default 0: no cache)")
+
+    tracing = serve.add_argument_group("tracing (docs/tracing.md)")
+    tracing.add_argument("--trace-config", action="append", default=[],
+                         metavar="[MODE,]KEY=VALUE",
+                         help="a trace setting (repeatable): level=OFF|TIMESTAMPS|TENSORS, "
+                              "rate=N, count=N, mode=triton|opentelemetry; triton,file=PATH, "
+                              "triton,log-frequency=N; opentelemetry,url=URL, "
+                              "opentelemetry,resource=KEY=VALUE, opentelemetry,bsp_*=N")
+    tracing.add_argument("--trace-file", metavar="PATH",
+                         help="deprecated: --trace-config triton,file=PATH")
+    tracing.add_argument("--trace-level", action="append", metavar="LEVEL",
+                         help="deprecated: --trace-config level=LEVEL (repeatable)")
+    tracing.add_argument("--trace-rate", metavar="N", help="deprecated: --trace-config rate=N")
+    tracing.add_argument("--trace-count", metavar="N",
+                         help="deprecated: --trace-config count=N")
+    tracing.add_argument("--trace-log-frequency", metavar="N",
+                         help="deprecated: --trace-config triton,log-frequency=N")
 
     process = serve.add_argument_group("process")
     _add_flag(process, "--sched-batch", True,
@@ -188,6 +250,7 @@ def _options(args: argparse.Namespace) -> tuple[ServerOptions, Listeners]:
     backend_config: dict[str, dict[str, str]] = {}
     for name, key, value in args.backend_config:
         backend_config.setdefault(name, {})[key] = value
+    cache_name, cache_settings = _response_cache(args)
     options = ServerOptions(
         model_repositories=args.model_repository,
         strict_model_config=args.strict_model_config,
@@ -208,8 +271,10 @@ def _options(args: argparse.Namespace) -> tuple[ServerOptions, Listeners]:
         model_load_thread_count=args.model_load_thread_count,
         model_load_retry_count=args.model_load_retry_count,
         repository_poll_secs=args.repository_poll_secs,
-        histogram_latencies=tritonserver_flags.parse_bool(tritonserver_flags.metrics_settings(
-            args.metrics_config).get("histogram_latencies", "false")),
+        cache_name=cache_name,
+        cache_settings=cache_settings,
+        metrics=_metrics_config(args),
+        trace=_trace_config(args)[0],
     )
     listeners = Listeners(
         http_address=args.http_address, http_port=args.http_port, allow_http=args.allow_http,
@@ -245,6 +310,32 @@ def _options(args: argparse.Namespace) -> tuple[ServerOptions, Listeners]:
     return options, listeners
 
 
+def _metrics_config(args: argparse.Namespace) -> MetricsConfig:
+    """``--metrics-config``'s settings; the defaults when they do not parse (then
+    :func:`_check` reports why, and the server does not start)."""
+    try:
+        return parse_metrics_config(args.metrics_config)
+    except ValueError:
+        return MetricsConfig()
+
+
+def _parse_trace_flags(args: argparse.Namespace) -> tuple[TraceConfig, list[str]]:
+    """The trace settings of ``--trace-config`` and the older ``--trace-*`` flags, and the
+    deprecation warnings to log. Raises ValueError saying what does not parse."""
+    return parse_trace_config(args.trace_config, DeprecatedFlags(
+        trace_file=args.trace_file, trace_level=args.trace_level, trace_rate=args.trace_rate,
+        trace_count=args.trace_count, trace_log_frequency=args.trace_log_frequency))
+
+
+def _trace_config(args: argparse.Namespace) -> tuple[TraceConfig, list[str]]:
+    """:func:`_parse_trace_flags`, tracing off when they do not parse (:func:`_check` then
+    reports why, and the server does not start)."""
+    try:
+        return _parse_trace_flags(args)
+    except ValueError:
+        return TraceConfig(), []
+
+
 def _check(args: argparse.Namespace) -> list[str]:
     """What makes this command line unusable, one message per problem."""
     problems = tritonserver_flags.refusals(args)
@@ -264,6 +355,20 @@ def _check(args: argparse.Namespace) -> list[str]:
             problems.append(f"--{flag.replace('_', '-')} must be at least 1")
     if args.model_load_retry_count < 0:
         problems.append("--model-load-retry-count must not be negative")
+    if args.response_cache_byte_size < 0:
+        problems.append("--response-cache-byte-size must not be negative")
+    try:
+        parse_metrics_config(args.metrics_config)
+    except ValueError as exc:
+        problems.append(f"--metrics-config {exc}")
+    try:
+        trace = _parse_trace_flags(args)[0]
+        if trace.mode == "opentelemetry":
+            check_opentelemetry_installed()
+    except ValueError as exc:
+        problems.append(str(exc))
+    except InferenceServerError as exc:
+        problems.append(exc.message)
     return problems
 
 
@@ -295,6 +400,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"naiad serve: error: {problem}", file=sys.stderr)
         return 2
     _configure_logging(args)
+    for warning in _trace_config(args)[1]:
+        logging.getLogger("naiad").warning("%s", warning)
     for line in tritonserver_flags.inert_given(args):
         logging.getLogger("naiad").info("%s", line)
     return run(options, listeners, batch_scheduling=args.sched_batch)

@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from naiad.errors import InferenceServerError
 from naiad.frontends.grpc.options import GRPCOptions
 from naiad.frontends.http.app import HTTPFrontend
 from naiad.frontends.metrics import metrics_app
@@ -165,7 +166,11 @@ def _http_listener(kind: str, app: Any, host: str, port: int,
 
 async def serve(options: ServerOptions, listeners: Listeners) -> int:
     """Run until SIGTERM/SIGINT; the process exit code."""
-    server = InferenceServer(options)
+    try:
+        server = InferenceServer(options)
+    except InferenceServerError as exc:  # a repository source or cache that cannot be had
+        log.error("cannot start: %s", exc.message)
+        return 1
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):

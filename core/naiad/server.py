@@ -27,11 +27,15 @@ from naiad.datatypes import config_to_datatype
 from naiad.errors import InferenceServerError, Status, invalid_arg, unavailable, unsupported
 from naiad.futures import LightFuture
 from naiad.histogram import Histogram
+from naiad.metrics_config import MetricsConfig
 from naiad.models.manager import LoadOptions, ModelManager, ModelVersion
 from naiad.models.poller import RepositoryPoller
 from naiad.plugins import PluginManager
 from naiad.repository.scan import scheme_of
+from naiad.response_cache import ServerCache
 from naiad.shm import SharedMemoryRegistry
+from naiad.tracing import TraceConfig, TraceManager
+from naiad.tracing.trace import RequestTrace
 from naiad.types import (
     InferenceClient,
     InferenceRequest,
@@ -53,25 +57,20 @@ UNLOAD_AFTER_ABORT_S = 5.0
 # "none" mode too); clients and scripts look for this text.
 CONTROL_REFUSED = "explicit model load / unload is not allowed if polling is enabled"
 
-# What the trace extension reports: Triton's defaults, tracing off. Every value is a list
-# (gRPC's form); over HTTP only trace_level stays one.
-TRACE_SETTINGS: dict[str, list[str]] = {
-    "trace_file": [],
-    "trace_level": ["OFF"],
-    "trace_rate": ["1000"],
-    "trace_count": ["-1"],
-    "log_frequency": ["0"],
-    "trace_mode": ["triton"],
-}
-
-# The protocol extensions naiad implements (reported by GET /v2 and ServerMetadata).
+# The protocol extensions naiad implements (reported by GET /v2 and ServerMetadata), in
+# tritonserver 2.51's order. Not listed, because naiad does not implement them:
+# classification, model_repository(unload_dependents), cuda_shared_memory
+# (docs/compatibility.md).
 EXTENSIONS = [
+    "sequence",
     "model_repository",
+    "schedule_policy",
     "model_configuration",
     "system_shared_memory",
     "binary_tensor_data",
     "parameters",
     "statistics",
+    "trace",
     "logging",
 ]
 
@@ -107,8 +106,15 @@ class ServerOptions:
     model_load_retry_count: int = 0
     # --model-control-mode=poll: seconds between two scans of the repositories.
     repository_poll_secs: int = 15
-    # --metrics-config histogram_latencies=true: nv_inference_first_response_histogram_ms.
-    histogram_latencies: bool = False
+    # --metrics-config: which latency metrics are recorded (counters, summaries, naiad's
+    # histograms, the first-response histogram) and how (naiad.metrics_config).
+    metrics: MetricsConfig = field(default_factory=MetricsConfig)
+    # --cache-config NAME,KEY=VALUE: the response cache's plugin name and its settings
+    # ("" for none; models enable it with response_cache { enable: true }).
+    cache_name: str = ""
+    cache_settings: dict[str, str] = field(default_factory=dict)
+    # --trace-config (and the older --trace-* flags): request tracing (naiad.tracing).
+    trace: TraceConfig = field(default_factory=TraceConfig)
 
 
 class InferenceServer:
@@ -129,15 +135,25 @@ class InferenceServer:
             load_retry_count=options.model_load_retry_count,
             max_instances=options.max_instances_per_model,
             track_files=options.model_control_mode == "poll",
-            histogram_latencies=options.histogram_latencies,
+            metrics=options.metrics,
         ))
         self.poller: RepositoryPoller | None = None
         if options.model_control_mode == "poll":
             self.poller = RepositoryPoller(self.models, options.repository_poll_secs,
                                            after_change=self.settle_heap)
         self.shared_memory = SharedMemoryRegistry()
+        #: the response cache (``--cache-config``), None without one
+        self.cache: ServerCache | None = None
+        if options.cache_name:
+            self.cache = ServerCache(options.cache_name, self.plugins.cache(
+                options.cache_name, dict(options.cache_settings)))
+            self.models.response_cache = self.cache
         # What models that call other models (BLS) reach them through.
         self.models.client = ServerModels(self)
+        #: request tracing; ``tracer`` is it while some setting traces, else None (the one
+        #: check a request pays when tracing is off)
+        self.tracing = TraceManager(options.trace)
+        self.tracer: TraceManager | None = self.tracing if self.tracing.active else None
         # The loop the server runs on (set by start): model control runs there.
         self.loop: asyncio.AbstractEventLoop | None = None
         self.live = False
@@ -199,11 +215,17 @@ class InferenceServer:
                     log.warning("models still running after %s s more (in-process models "
                                 "cannot be stopped); giving up unloading them",
                                 UNLOAD_AFTER_ABORT_S)
-                self.shared_memory.unregister_all()
-                self.live = False
+                self._release()
                 return
         await self.models.unload_all()
+        self._release()
+
+    def _release(self) -> None:
+        """What the server holds beyond its models, at the end of shutdown."""
         self.shared_memory.unregister_all()
+        if self.cache is not None:
+            self.cache.close()
+        self.tracing.close()
         self.live = False
 
     def settle_heap(self) -> None:
@@ -281,14 +303,18 @@ class InferenceServer:
                     self._leave()
 
         sender = request.sender = ResponseSender(deliver)
-        self._admit(model, request, internal)
+        trace = self._admit(model, request, internal)
         try:
             future = model.scheduler.submit(request)
         except BaseException:
             request.sender = None
             self._leave()
+            if trace is not None:
+                trace.abandon()
             raise
         future.add_done_callback(lambda done: _end_stream(request, sender, done))
+        if trace is not None:
+            trace.watch(request, future)
         if request.cancellation is not None:
             request.cancellation.on_cancel(future.cancel)
         return future
@@ -297,19 +323,25 @@ class InferenceServer:
                 internal: bool = False) -> Future[InferenceResponse]:
         """:meth:`infer`; ``internal``: a model's call to another (admitted while the
         server drains)."""
-        self._admit(model, request, internal)
+        trace = self._admit(model, request, internal)
         try:
             future = model.scheduler.submit(request)
         except BaseException:
             self._leave()
+            if trace is not None:
+                trace.abandon()
             raise
         future.add_done_callback(self._left)
+        if trace is not None:
+            trace.watch(request, future)
         if request.cancellation is not None:
             request.cancellation.on_cancel(future.cancel)
         return future
 
     def _admit(self, model: ModelVersion, request: InferenceRequest,
-               internal: bool = False) -> None:
+               internal: bool = False) -> RequestTrace | None:
+        """Count ``request`` in flight; its trace when the tracer samples it (the caller
+        watches it)."""
         # A model's own calls (BLS) are part of a request in flight: the drain waits for
         # them, so they are admitted while it runs (not once the server stopped).
         if not (self.accepting or (internal and self.live)):
@@ -323,6 +355,8 @@ class InferenceServer:
         if not (self.accepting or internal):  # shutdown began meanwhile (another thread)
             self._leave()
             raise unavailable(_SHUTTING_DOWN)
+        tracer = self.tracer
+        return None if tracer is None else tracer.admit(model, request, internal)
 
     def _leave(self) -> None:
         with self._in_flight_lock:
@@ -379,15 +413,18 @@ class InferenceServer:
                                   f"available") from None
         return [v.stats.as_dict() for _, v in sorted(record.versions.items())]
 
-    def trace_settings(self, model: str, changes: dict[str, list[str]]) -> dict[str, list[str]]:
-        """Triton's trace extension, for the server (``model`` "") or one model: naiad does
-        not trace requests, so tracing reads as off and cannot be turned on."""
-        if model:
-            self.model(model)  # an unknown model is an error, as for every per-model API
-        if changes:
-            raise unsupported("changing trace settings is not supported: naiad does not "
-                              "trace requests (trace_level is OFF)")
-        return dict(TRACE_SETTINGS)
+    def trace_settings(self, model: str, changes: dict[str, object]
+                       ) -> list[tuple[str, list[str]]]:
+        """Triton's trace extension, for the server (``model`` "") or one model: the
+        settings after applying ``changes`` (none: read them), in Triton's order, every
+        value a list. See :meth:`naiad.tracing.TraceManager.update`."""
+        if model and model not in self.models.models:
+            raise invalid_arg(f"Request for unknown model : {model}")
+        if not changes:
+            return self.tracing.view(model)
+        settings = self.tracing.update(model, changes)
+        self.tracer = self.tracing if self.tracing.active else None
+        return settings
 
     # --- repository ---------------------------------------------------------------------
 
@@ -513,16 +550,32 @@ class ServerModels(InferenceClient):
                     f"call doesn't support models using the decoupled transaction policy. "
                     f"Please use 'decoupled=True' argument to the 'exec' or 'async_exec' "
                     f"calls for decoupled models.'")
-            self.server.stream(model, request, collect, internal=True)
+            self._start(model, request, collect)
         except InferenceServerError as exc:
             future.set_result(InferenceResponse(error=exc))
         return future
 
     def stream(self, request: InferenceRequest, on_response: ResponseCallback) -> None:
         try:
-            self.server.stream(self._model(request), request, on_response, internal=True)
+            self._start(self._model(request), request, on_response)
         except InferenceServerError as exc:
             on_response(InferenceResponse(error=exc), True)
+
+    def _start(self, model: ModelVersion, request: InferenceRequest,
+               on_response: ResponseCallback) -> None:
+        """Run a model's call. One made with the trace of the request it serves (the caller
+        set ``request.trace`` to it: Triton's ``InferenceRequest(trace=request.trace())``)
+        is traced as that trace's child."""
+        parent = request.trace
+        trace = request.trace = None if parent is None else parent.child(model, request)
+        try:
+            future = self.server.stream(model, request, on_response, internal=True)
+        except BaseException:
+            if trace is not None:
+                trace.abandon()
+            raise
+        if trace is not None:
+            trace.watch(request, future)
 
     def is_ready(self, name: str, version: int = -1) -> bool:
         return self.server.models.is_ready(name, str(version) if version > 0 else "")

@@ -1,5 +1,13 @@
-"""The system shared memory extension: regions registered by clients, read and written by
-offset and size with bounds checks. One registry serves both frontends, as in Triton."""
+"""The shared memory extensions.
+
+System shared memory: regions registered by clients, read and written by offset and size
+with bounds checks. One registry serves both frontends, as in Triton.
+
+CUDA shared memory: naiad does not implement it (on any machine, with or without a GPU), so
+it never holds a CUDA region. The endpoints answer as tritonserver does when it holds none:
+the status lists no region (a named one is NOT_FOUND), unregistering has nothing to do and
+succeeds (perf_analyzer unregisters every CUDA region when it ends, whatever it used), and a
+registration is refused with the reason."""
 
 from __future__ import annotations
 
@@ -8,7 +16,7 @@ import os
 import threading
 from dataclasses import dataclass
 
-from naiad.errors import InferenceServerError, Status, invalid_arg, not_found
+from naiad.errors import InferenceServerError, Status, invalid_arg, not_found, unsupported
 
 SHM_ROOT = "/dev/shm"
 
@@ -83,19 +91,25 @@ class SharedMemoryRegistry:
             if name:
                 region = self._regions.get(name)
                 if region is None:
-                    raise not_found(f"unable to find system shared memory region: '{name}'")
+                    raise not_found(f"Unable to find system shared memory region: '{name}'")
                 return [region.status()]
             return [r.status() for r in self._regions.values()]
 
     def _span(self, name: str, offset: int, byte_size: int, what: str) -> tuple[Region, int]:
         region = self._regions.get(name)
-        if region is None:
-            raise invalid_arg(f"{what}: shared memory region '{name}' is not registered")
+        if region is None:  # NOT_FOUND (404), as tritonserver answers it
+            raise not_found(f"{what}: shared memory region '{name}' is not registered")
         if offset < 0 or byte_size < 0 or offset + byte_size > region.byte_size:
             raise invalid_arg(
                 f"{what}: shared memory offset {offset} + byte_size {byte_size} is outside "
                 f"region '{name}' ({region.byte_size} bytes)")
         return region, region.offset + offset
+
+    def check(self, name: str, offset: int, byte_size: int, what: str) -> None:
+        """Raise unless ``byte_size`` bytes at ``offset`` lie in registered region ``name``:
+        for an output, checked before the request runs."""
+        with self._lock:
+            self._span(name, offset, byte_size, what)
 
     def read(self, name: str, offset: int, byte_size: int, what: str) -> bytes:
         """A copy of ``byte_size`` bytes at ``offset`` in region ``name``; ``what`` names the
@@ -113,3 +127,25 @@ class SharedMemoryRegistry:
         with self._lock:
             region, start = self._span(name, offset, byte_size, what)
             region.memory[start:start + len(data)] = data
+
+
+# --- CUDA shared memory (not implemented: no region is ever registered) -------------------
+
+
+def cuda_status(name: str = "") -> list[dict]:
+    """The CUDA regions: none; a named one is not found (tritonserver's message)."""
+    if name:
+        raise not_found(f"Unable to find cuda shared memory region: '{name}'")
+    return []
+
+
+def cuda_unregister(name: str = "") -> None:
+    """Nothing is registered, so there is nothing to do: success, as tritonserver answers
+    for a region it does not hold."""
+
+
+def cuda_register(name: str) -> None:
+    """Refuse: naiad cannot map a CUDA IPC handle."""
+    raise unsupported(f"unable to register CUDA shared memory region '{name}': naiad does not "
+                      f"implement CUDA shared memory; register the tensors' memory as system "
+                      f"shared memory instead")

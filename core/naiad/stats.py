@@ -12,6 +12,13 @@ import threading
 import time
 from dataclasses import dataclass, field
 
+from naiad.distributions import Distributions, DistributionsSnapshot
+
+#: Triton's failure reasons (``nv_inference_request_failure{reason}``): the model failed
+#: the request, the request was rejected before it ran (a queue policy's timeout), ...
+BACKEND, CANCELED, OTHER, REJECTED = "BACKEND", "CANCELED", "OTHER", "REJECTED"
+FAILURE_REASONS = (BACKEND, CANCELED, OTHER, REJECTED)
+
 
 @dataclass(slots=True)
 class Duration:
@@ -53,6 +60,12 @@ class ModelStats:
     cache_miss: Duration = field(default_factory=Duration)
     batches: dict[int, BatchStats] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+    #: latency and batch-size histograms and summaries (``--metrics-config``); None: none
+    distributions: Distributions | None = field(default=None, repr=False, compare=False)
+    #: dynamic batches cut, by reason (naiad.scheduling.batch_policy.CutReason values)
+    batch_cuts: dict[str, int] = field(default_factory=dict)
+    #: failed requests by Triton's reason (:data:`FAILURE_REASONS`); they add up to ``fail``
+    failures: dict[str, int] = field(default_factory=dict)
 
     def record_execution(self, batch_size: int, input_ns: int, infer_ns: int,
                          output_ns: int) -> None:
@@ -65,11 +78,15 @@ class ModelStats:
             batch.compute_input.add(input_ns)
             batch.compute_infer.add(infer_ns)
             batch.compute_output.add(output_ns)
+            if self.distributions is not None:
+                self.distributions.execution(batch_size)
 
     def record_request(self, ok: bool, batch_size: int, total_ns: int, queue_ns: int,
-                       input_ns: int, infer_ns: int, output_ns: int) -> None:
-        """One finished request. As in Triton, a failed request counts only as a failure:
-        its inferences, queue and compute times are not added."""
+                       input_ns: int, infer_ns: int, output_ns: int,
+                       failure: str = BACKEND) -> None:
+        """One finished request. As in Triton, a failed request counts only as a failure
+        (for ``failure``, one of :data:`FAILURE_REASONS`): its inferences, queue and
+        compute times are not added."""
         now_ms = time.time_ns() // 1_000_000
         with self._lock:
             if ok:
@@ -79,9 +96,44 @@ class ModelStats:
                 self.compute_input.add(input_ns)
                 self.compute_infer.add(infer_ns)
                 self.compute_output.add(output_ns)
+                if self.distributions is not None:
+                    self.distributions.request(total_ns, queue_ns, input_ns, infer_ns,
+                                               output_ns)
             else:
                 self.fail.add(total_ns)
+                self.failures[failure] = self.failures.get(failure, 0) + 1
             self.last_inference_ms = now_ms
+
+    def record_cache_hit(self, total_ns: int, queue_ns: int, lookup_ns: int) -> None:
+        """A request answered from the response cache. As Triton counts it: a success and
+        a queue entry, ``lookup_ns`` as a cache hit; no inference, no execution."""
+        now_ms = time.time_ns() // 1_000_000
+        with self._lock:
+            self.success.add(total_ns)
+            self.queue.add(queue_ns)
+            self.cache_hit.add(lookup_ns)
+            self.last_inference_ms = now_ms
+            if self.distributions is not None:
+                self.distributions.cache_hit(total_ns, queue_ns, lookup_ns)
+
+    def record_cache_miss(self, ns: int) -> None:
+        """A request the response cache did not hold: ``ns`` of lookup and insert."""
+        with self._lock:
+            self.cache_miss.add(ns)
+            if self.distributions is not None:
+                self.distributions.cache_miss(ns)
+
+    def record_batch_cut(self, reason: str) -> None:
+        """The dynamic batcher cut a batch, for ``reason`` (a ``CutReason`` value)."""
+        with self._lock:
+            self.batch_cuts[reason] = self.batch_cuts.get(reason, 0) + 1
+
+    def distributions_snapshot(self) -> DistributionsSnapshot | None:
+        """What the histograms and summaries hold now (None when there are none)."""
+        if self.distributions is None:
+            return None
+        with self._lock:
+            return self.distributions.snapshot()
 
     def as_dict(self) -> dict:
         """The statistics extension's JSON form of this model version."""

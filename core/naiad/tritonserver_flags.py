@@ -6,11 +6,11 @@ is known here or in :mod:`naiad.cli`. Two kinds live here:
 - **inert**: settings of parts naiad does not have (Triton's pinned and CUDA memory pools,
   its C++ thread pools, the directories of its shared libraries). Any value is accepted,
   and ``naiad serve`` logs once that it has no effect.
-- **refused**: features naiad does not implement (tracing, the response cache, the rate
-  limiter, SageMaker and Vertex AI endpoints, model namespacing). Their default (off) is
-  accepted; any other value stops start-up with the reason, rather than serving without a
-  feature the operator asked for. A repeatable flag may have values naiad implements
-  (``--metrics-config histogram_latencies=true``): those are accepted.
+- **refused**: features naiad does not implement (the rate limiter, SageMaker and
+  Vertex AI endpoints, model namespacing). Their default (off) is accepted; any other
+  value stops start-up with the reason, rather than serving without a feature the operator
+  asked for. A repeatable flag may have values naiad implements
+  (``Refused.implemented``): those are accepted.
 
 docs/compatibility.md lists both.
 """
@@ -73,9 +73,6 @@ INERT = (
           "there is no Vertex AI endpoint (--allow-vertex-ai)"),
     Inert("--vertex-ai-default-model", "NAME",
           "there is no Vertex AI endpoint (--allow-vertex-ai)"),
-    Inert("--trace-rate", "N", "tracing is not implemented (--trace-config)"),
-    Inert("--trace-count", "N", "tracing is not implemented (--trace-config)"),
-    Inert("--trace-log-frequency", "N", "tracing is not implemented (--trace-config)"),
 )
 
 
@@ -89,49 +86,16 @@ def parse_bool(value: str) -> bool:
     raise argparse.ArgumentTypeError(f"expected true or false, got '{value}'")
 
 
-def metrics_settings(values: list[str] | None) -> dict[str, str]:
-    """``--metrics-config KEY=VALUE`` values as a dict (the last one of a key wins)."""
-    settings = {}
-    for value in values or ():
-        key, _, setting = value.partition("=")
-        settings[key.strip()] = setting.strip()
-    return settings
-
-
-def _implemented_metrics_setting(value: str) -> bool:
-    key, equals, setting = value.partition("=")
-    try:
-        enabled = parse_bool(setting)
-    except argparse.ArgumentTypeError:
-        return False
-    key = key.strip()
-    return bool(equals) and (key == "histogram_latencies"
-                             or (key == "counter_latencies" and enabled))
-
-
 REFUSED = (
     Refused("--allow-sagemaker", "BOOL", False, "naiad has no SageMaker endpoint", parse_bool),
     Refused("--allow-vertex-ai", "BOOL", False, "naiad has no Vertex AI endpoint", parse_bool),
     Refused("--model-namespacing", "BOOL", False,
             "naiad does not implement model namespacing; a model name must be unique "
             "across the repositories", parse_bool),
-    Refused("--trace-config", "[MODE,]KEY=VALUE", None,
-            "naiad does not implement tracing yet", repeatable=True),
-    Refused("--trace-file", "PATH", None, "naiad does not implement tracing yet"),
-    Refused("--trace-level", "LEVEL", "OFF", "naiad does not implement tracing yet",
-            lambda value: value.upper()),
-    Refused("--cache-config", "NAME,KEY=VALUE", None,
-            "naiad does not implement a response cache yet", repeatable=True),
-    Refused("--response-cache-byte-size", "BYTES", 0,
-            "naiad does not implement a response cache yet", int),
     Refused("--rate-limit", "MODE", "off", "naiad does not implement the rate limiter yet",
             lambda value: value.lower()),
     Refused("--rate-limit-resource", "NAME:COUNT[:DEVICE]", None,
             "naiad does not implement the rate limiter yet", repeatable=True),
-    Refused("--metrics-config", "KEY=VALUE", None,
-            "naiad implements histogram_latencies (true or false) and counter_latencies=true (the "
-            "default); not summary latencies, nor counter_latencies=false",
-            repeatable=True, implemented=_implemented_metrics_setting),
 )
 
 

@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 
     from naiad.custom_metrics import ModelMetrics
     from naiad.errors import InferenceServerError
+    from naiad.tracing.trace import RequestTrace
 
 
 @dataclass(slots=True)
@@ -68,6 +69,9 @@ class InferenceRequest:
     #: Set by the frontend where the client can give up on the request (a gRPC cancel or
     #: deadline, an HTTP client that disconnects while it is watched). None: it cannot.
     cancellation: Cancellation | None = None
+    #: Set by the core for a request it traces (``--trace-config``, the trace extension):
+    #: its Triton trace (timestamps, tensors). None: not traced, the usual case.
+    trace: RequestTrace | None = None
 
 
 @dataclass(slots=True)
@@ -170,7 +174,10 @@ class InferenceClient(abc.ABC):
     @abc.abstractmethod
     def infer(self, request: InferenceRequest) -> Future[InferenceResponse]:
         """Run ``request`` on the model it names; the future gets the response (an error
-        response when the model, the request or the lookup failed: never an exception)."""
+        response when the model, the request or the lookup failed: never an exception).
+        A caller that sets ``request.trace`` to the trace of the request it serves (that
+        request's own ``trace``) has the call traced as its child; the server replaces it
+        with the call's own trace."""
 
     @abc.abstractmethod
     def stream(self, request: InferenceRequest, on_response: ResponseCallback) -> None:
@@ -310,13 +317,64 @@ class RepositorySource(abc.ABC):
         """Return a local folder holding the repository named by ``uri`` (download if remote)."""
 
 
+@dataclass(slots=True, frozen=True)
+class CacheUsage:
+    """What a response cache says about itself on the metrics port: Triton's server-wide
+    ``nv_cache_*`` gauges. Counts and durations are totals since the cache started. A
+    figure the cache does not know stays None, and its line is left out."""
+
+    #: responses stored now (``nv_cache_num_entries``)
+    entries: int | None = None
+    #: bytes held now and the budget, both counted as the cache counts them
+    #: (``nv_cache_util`` = used / total, when both are known and total > 0)
+    bytes_used: int | None = None
+    bytes_total: int | None = None
+    #: ``nv_cache_num_lookups``, ``nv_cache_num_hits``, ``nv_cache_num_misses``
+    lookups: int | None = None
+    hits: int | None = None
+    misses: int | None = None
+    #: entries dropped to make room (``nv_cache_num_evictions``)
+    evictions: int | None = None
+    #: time spent in lookups (hits and misses) and in inserts, in nanoseconds
+    #: (``nv_cache_lookup_duration`` and ``nv_cache_insertion_duration``, in µs)
+    lookup_ns: int | None = None
+    insertion_ns: int | None = None
+
+
 class ResponseCache(abc.ABC):
-    """A response cache keyed by a hash of the model, version and inputs."""
+    """A response cache (``--cache-config NAME,KEY=VALUE``): opaque keys to stored bytes.
+
+    The core decides what is cached and when (models with ``response_cache { enable: true }``),
+    makes the key (a digest of the model name, version, every input's name, datatype, shape
+    and bytes, and the request parameters that can change the result) and serializes the
+    response; a cache only stores bytes, so what it holds is what it counts against its
+    budget, and entries of two model versions never share a key.
+
+    Methods are called from any thread, several at once (the HTTP event loop, gRPC handler
+    threads, instance threads). A cache that cannot answer (a remote server down or slow)
+    logs it and answers None, or drops the insert: an inference never fails because of its
+    cache. A cache whose calls can wait on a network sets :attr:`blocking`, and the core
+    then calls it away from the HTTP event loop.
+    """
+
+    #: True when lookup or insert may wait on I/O (a remote cache): the core then calls
+    #: them on a thread of its own, never on the event loop. An in-memory cache leaves it
+    #: False and is called inline.
+    blocking: bool = False
 
     @abc.abstractmethod
-    def lookup(self, key: bytes) -> InferenceResponse | None:
-        """The cached response for ``key``, or None."""
+    def lookup(self, key: bytes) -> bytes | None:
+        """The bytes stored under ``key``, or None (a miss, or the cache could not answer)."""
 
     @abc.abstractmethod
-    def insert(self, key: bytes, response: InferenceResponse) -> None:
-        """Remember ``response`` under ``key``."""
+    def insert(self, key: bytes, value: bytes) -> None:
+        """Store ``value`` under ``key``; a value the cache cannot hold is dropped."""
+
+    def close(self) -> None:  # noqa: B027 - optional: most caches hold nothing open
+        """Release what the cache holds open (connections); called once, at shutdown."""
+
+    def usage(self) -> CacheUsage | None:
+        """The cache's figures for the metrics port, read at every scrape on the metrics
+        endpoint's thread: answer from what the cache keeps in memory, never wait on a
+        network. None (the default): the server-wide ``nv_cache_*`` lines are left out."""
+        return None

@@ -1,7 +1,8 @@
 """Fixtures of the Triton differential suite: the real tritonserver and naiad, same repository.
 
 Every test module gets its own pair of server processes (module scope), started side by side
-on ``tests/compat/model_repository`` with the module's ``COMPAT_SERVER_ARGS`` (default: none)
+on ``tests/compat/model_repository`` (or the module's ``COMPAT_MODEL_REPOSITORY``) with the
+module's ``COMPAT_SERVER_ARGS`` (default: none)
 plus ``--exit-on-error=false`` (the repository holds two models that fail to load on purpose).
 Each test sends the same requests to both and compares the answers, so per-module statistics
 and metrics match as long as every test talks to both servers.
@@ -119,11 +120,11 @@ def compat_server(cmd: list[str], expect_ready: tuple[str, ...], **kwargs: Any) 
     return CompatServer(cmd, **kwargs)
 
 
-def _triton_cmd(serve: Path, args: list[str]) -> list[str]:
+def _triton_cmd(serve: Path, args: list[str], repository: Path) -> list[str]:
     return [
         str(serve),
         "--model-repository",
-        str(MODEL_REPOSITORY),
+        str(repository),
         "--http-port",
         "{http_port}",
         "--grpc-port",
@@ -135,7 +136,7 @@ def _triton_cmd(serve: Path, args: list[str]) -> list[str]:
     ]
 
 
-def _naiad_cmd(args: list[str]) -> list[str]:
+def _naiad_cmd(args: list[str], repository: Path) -> list[str]:
     # the command of naiad.testing.naiad_server, with the suite's readiness rule
     return [
         sys.executable,
@@ -146,6 +147,8 @@ def _naiad_cmd(args: list[str]) -> list[str]:
         "127.0.0.1",
         "--grpc-address",
         "127.0.0.1",
+        "--metrics-address",
+        "127.0.0.1",
         "--http-port",
         "{http_port}",
         "--grpc-port",
@@ -153,7 +156,7 @@ def _naiad_cmd(args: list[str]) -> list[str]:
         "--metrics-port",
         "{metrics_port}",
         "--model-repository",
-        str(MODEL_REPOSITORY),
+        str(repository),
         "--exit-on-error=false",
         *args,
     ]
@@ -169,17 +172,20 @@ class Pair:
 @pytest.fixture(scope="module")
 def servers(request: pytest.FixtureRequest, triton_serve_script: Path) -> Any:
     args = list(getattr(request.module, "COMPAT_SERVER_ARGS", []))
+    repository = Path(getattr(request.module, "COMPAT_MODEL_REPOSITORY", MODEL_REPOSITORY))
     expect = tuple(getattr(request.module, "COMPAT_EXPECT_READY", GOOD_MODELS))
     env = {"TRITON_PEER_DIR": str(TRITON_PEER_DIR)}
     triton = compat_server(
-        _triton_cmd(triton_serve_script, args), expect, env=env, ready_timeout=START_TIMEOUT
+        _triton_cmd(triton_serve_script, args, repository), expect, env=env,
+        ready_timeout=START_TIMEOUT
     )
     if SELF_TEST:
         naiad = compat_server(
-            _triton_cmd(triton_serve_script, args), expect, env=env, ready_timeout=START_TIMEOUT
+            _triton_cmd(triton_serve_script, args, repository), expect, env=env,
+            ready_timeout=START_TIMEOUT
         )
     else:
-        naiad = compat_server(_naiad_cmd(args), expect, ready_timeout=START_TIMEOUT)
+        naiad = compat_server(_naiad_cmd(args, repository), expect, ready_timeout=START_TIMEOUT)
 
     errors: dict[str, BaseException] = {}
 

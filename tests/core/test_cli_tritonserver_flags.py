@@ -113,7 +113,7 @@ def test_refused_flags_are_accepted_at_tritons_default():
     (["--load-model=*", "--load-model=a"], "--load-model=* must be the only --load-model"),
     (["--model-config-name=a b"], "must not contain spaces"),
     (["--model-load-thread-count=0"], "at least 1"),
-    (["--trace-level=TIMESTAMPS", "--cache-config=local,size=1"], "tracing"),
+    (["--rate-limit=execution_count", "--allow-sagemaker=true"], "rate limiter"),
 ])
 def test_bad_values_stop_start_up_with_a_message(argv, expected):
     result = subprocess.run([sys.executable, "-m", "naiad", "serve", "--model-repository",
@@ -124,8 +124,8 @@ def test_bad_values_stop_start_up_with_a_message(argv, expected):
 
 
 def test_two_refusals_are_reported_together():
-    problems = _check(parse("--trace-level=TIMESTAMPS", "--cache-config=local,size=1"))
-    assert [p.split("=")[0] for p in problems] == ["--trace-level", "--cache-config"]
+    problems = _check(parse("--allow-sagemaker=true", "--rate-limit=execution_count"))
+    assert [p.split("=")[0] for p in problems] == ["--allow-sagemaker", "--rate-limit"]
 
 
 def test_inert_flags_say_in_the_log_that_they_change_nothing(tmp_path):

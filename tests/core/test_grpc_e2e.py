@@ -363,20 +363,27 @@ def test_classification_is_not_supported(client):
 # --- the rest of the service -------------------------------------------------------------
 
 
-def test_cuda_shared_memory_is_not_supported(client):
-    for call, args in ((client.get_cuda_shared_memory_status, ()),
-                       (client.register_cuda_shared_memory, ("r", b"\0" * 64, 0, 64)),
-                       (client.unregister_cuda_shared_memory, ())):
-        err = grpc_error(call, *args)
-        assert err.status() == "StatusCode.UNIMPLEMENTED"
-        assert "CUDA shared memory is not supported" in err.message()
+def test_cuda_shared_memory_holds_no_region_and_refuses_registration(client):
+    # As tritonserver holding no CUDA region: an empty status, unregistering succeeds.
+    assert client.get_cuda_shared_memory_status(as_json=True) == {}
+    client.unregister_cuda_shared_memory()
+    client.unregister_cuda_shared_memory("r")
+    err = grpc_error(client.get_cuda_shared_memory_status, "r")
+    assert err.status() == "StatusCode.NOT_FOUND"
+    assert err.message() == "Unable to find cuda shared memory region: 'r'"
+    err = grpc_error(client.register_cuda_shared_memory, "r", b"\0" * 64, 0, 64)
+    assert err.status() == "StatusCode.UNIMPLEMENTED"
+    assert "'r'" in err.message() and "CUDA shared memory" in err.message()
+    assert_serving(client)
 
 
 def test_trace_and_log_settings(client):
     settings = client.get_trace_settings(as_json=True)["settings"]
     assert settings["trace_level"]["value"] == ["OFF"]
+    # No trace file was given: as in Triton, tracing cannot be turned on.
     err = grpc_error(client.update_trace_settings, settings={"trace_level": ["TIMESTAMPS"]})
-    assert err.status() == "StatusCode.UNIMPLEMENTED" and "trace" in err.message()
+    assert err.status() == "StatusCode.INVALID_ARGUMENT"
+    assert "trace file name is not given" in err.message()
     logs = client.get_log_settings(as_json=True)["settings"]
     assert {"log_info", "log_warning", "log_error", "log_verbose_level"} <= set(logs)
     try:  # tests/core/test_log_and_trace_settings.py checks that a change takes effect

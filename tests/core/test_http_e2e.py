@@ -148,10 +148,13 @@ def test_json_body_by_hand(server):
 
 
 def test_binary_output_by_hand(server):
+    # As tritonserver: a named output is binary only with its own binary_data true
+    # (binary_data_output applies when the request names no output).
     body = {"parameters": {"binary_data_output": True}, "inputs": [
         {"name": "INPUT0", "datatype": "FP32", "shape": [4], "data": [1, 2, 3, 4]},
         {"name": "INPUT1", "datatype": "FP32", "shape": [4], "data": [1, 1, 1, 1]}],
-        "outputs": [{"name": "OUTPUT0"}, {"name": "OUTPUT1", "parameters": {"binary_data": False}}]}
+        "outputs": [{"name": "OUTPUT0", "parameters": {"binary_data": True}},
+                    {"name": "OUTPUT1"}]}
     status, headers, data = raw(server, "POST", "/v2/models/add_sub/versions/1/infer",
                                 json.dumps(body))
     assert status == 200, data

@@ -175,9 +175,11 @@ def test_load_unload_need_explicit_mode(client):
     fails(lambda: client.unload_model("add_sub"), "503", "explicit")
 
 
-def test_cuda_shared_memory_is_unsupported(client):
-    fails(lambda: client.get_cuda_shared_memory_status(), "400", "CUDA shared memory",
-          "no GPU")
+def test_cuda_shared_memory_registration_is_refused(client):
+    fails(lambda: client.register_cuda_shared_memory("r", b"\0" * 64, 0, 64), "400", "'r'",
+          "CUDA shared memory")
+    fails(lambda: client.get_cuda_shared_memory_status("r"), "404",
+          "Unable to find cuda shared memory region: 'r'")
 
 
 def test_unknown_path_and_method(server):

@@ -224,10 +224,11 @@ def test_a_failing_cache_is_a_miss_and_the_model_runs() -> None:
 
 def test_a_blocking_cache_is_asked_on_the_io_threads() -> None:
     cache = DictCache(blocking=True)
-    with ThreadPoolExecutor(2, thread_name_prefix="cache-io") as io:
-        cached, inner, stats = scheduler(cache, io)
+    # one thread: the insert queued behind the answer has landed once a later job ran
+    with ThreadPoolExecutor(1, thread_name_prefix="cache-io") as io:
+        cached, inner, _ = scheduler(cache, io)
         cached.submit(request()).result(timeout=5)
-        io.submit(lambda: None).result()  # the insert went after the answer: let it land
+        io.submit(lambda: None).result()
         hit = cached.submit(request()).result(timeout=5)
     assert hit.outputs and inner.runs == 1
     assert cache.threads and all(name.startswith("cache-io") for name in cache.threads)

@@ -18,7 +18,7 @@ from naiad.datatypes import (
     element_count,
     serialize_bytes,
 )
-from naiad.errors import invalid_arg
+from naiad.errors import invalid_arg, unsupported
 from naiad.models.signature import format_shape
 from naiad.shm import SharedMemoryRegistry
 from naiad.types import Tensor
@@ -188,3 +188,22 @@ def shm_output_target(model: str, name: str, params: dict) -> tuple[str, int, in
                           f"integer 'shared_memory_byte_size' (and optional "
                           f"'shared_memory_offset')")
     return region, offset, size
+
+
+def requested_output_target(registry: SharedMemoryRegistry, model: str, name: str,
+                            params: dict) -> tuple[str, int, int] | None:
+    """Check a requested output's parameters before the request runs, as tritonserver does;
+    return its shared memory target (region, offset, byte_size) or None.
+
+    A target must lie in a registered region (else NOT_FOUND, Triton's status), so a request
+    whose answer could not be written fails without running the model. ``classification``
+    is refused: naiad does not implement the classification extension."""
+    if "classification" in params:
+        raise unsupported(f"output '{name}' of model '{model}': classification outputs are "
+                          f"not supported (naiad does not implement the classification "
+                          f"extension)")
+    target = shm_output_target(model, name, params)
+    if target is not None:
+        region, offset, size = target
+        registry.check(region, offset, size, f"output '{name}' of model '{model}'")
+    return target

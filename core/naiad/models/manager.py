@@ -22,14 +22,17 @@ from naiad.config.platforms import ENSEMBLE, resolve_backend
 from naiad.config.render import config_to_json
 from naiad.config.validate import validate_config
 from naiad.custom_metrics import CustomMetrics, ModelMetrics
+from naiad.distributions import distributions_for
 from naiad.errors import InferenceServerError, Status, invalid_arg, not_found, unavailable
 from naiad.histogram import Histogram
+from naiad.metrics_config import MetricsConfig
 from naiad.models.instances import expand_instance_groups
 from naiad.models.loader import load_version, stop_workers
 from naiad.models.signature import ModelSignature
 from naiad.plugins import PluginManager
 from naiad.repository.fingerprint import ModelFingerprint, model_fingerprint
 from naiad.repository.scan import model_config_versions, model_folders
+from naiad.response_cache import ServerCache
 from naiad.scheduling.base import Scheduler, SchedulingContext
 from naiad.stats import ModelStats
 from naiad.types import InferenceClient
@@ -102,9 +105,10 @@ class LoadOptions:
     # --model-control-mode=poll: remember each version's files, so that a poll can keep
     # serving a version whose files did not change (a stat per file at every load)
     track_files: bool = False
-    # --metrics-config histogram_latencies=true: decoupled versions get a first-response
-    # histogram (nv_inference_first_response_histogram_ms)
-    histogram_latencies: bool = False
+    # --metrics-config: what each version records beyond its counters (naiad's histograms,
+    # Triton's summaries; with histogram_latencies=true, decoupled versions get a
+    # first-response histogram, nv_inference_first_response_histogram_ms)
+    metrics: MetricsConfig = field(default_factory=MetricsConfig)
 
     def settings_for(self, backend: str) -> dict[str, str]:
         """The ``--backend-config`` settings one backend sees: the shared ones, overridden
@@ -134,6 +138,8 @@ class ModelManager:
         self.client: InferenceClient | None = None
         #: where models' custom metrics live (each version gets its view)
         self.custom_metrics = CustomMetrics()
+        #: the server's response cache (``--cache-config``), None without one
+        self.response_cache: ServerCache | None = None
 
     # --- the request path ---------------------------------------------------------------
 
@@ -546,7 +552,8 @@ class ModelManager:
 
     async def _load_version(self, name: str, version: int, path: Path, config: ModelConfig,
                             config_json: dict) -> ModelVersion:
-        stats = ModelStats(name, version)
+        stats = ModelStats(name, version, distributions=distributions_for(
+            self.options.metrics, response_cache=config.response_cache.enable))
         metrics = self.custom_metrics.for_model(name, version)
         if config.platform == ENSEMBLE:
             workers = []  # an ensemble's steps run on their own models' instances
@@ -572,12 +579,26 @@ class ModelManager:
                 raise
             raise InferenceServerError(f"model '{name}': scheduler failed: {exc}",
                                        Status.INTERNAL) from exc
+        if config.response_cache.enable:
+            scheduler = self._behind_cache(name, version, scheduler, stats)
         decoupled = config.model_transaction_policy.decoupled
         return ModelVersion(name, version, config, ModelSignature(name, config), scheduler,
                             context, stats, config_json, decoupled=decoupled,
                             first_response=Histogram(FIRST_RESPONSE_BUCKETS_MS)
-                            if decoupled and self.options.histogram_latencies else None,
+                            if decoupled and self.options.metrics.histogram_latencies else None,
                             metrics=metrics)
+
+    def _behind_cache(self, name: str, version: int, scheduler: Scheduler,
+                      stats: ModelStats) -> Scheduler:
+        """A version with ``response_cache { enable: true }``: its scheduler behind the
+        server's cache. Without one Triton serves the model uncached and says nothing;
+        naiad says so once per load."""
+        if self.response_cache is None:
+            log.warning("model '%s' version %d enables response_cache but the server has "
+                        "no response cache (--cache-config): every request runs the model",
+                        name, version)
+            return scheduler
+        return self.response_cache.wrap(scheduler, version, stats)
 
 
 def _reason(record: ModelRecord) -> str:

@@ -105,6 +105,8 @@ class EnsembleScheduler(Scheduler):
             model.signature.check(step_request)
         except InferenceServerError as exc:
             raise self._step_error(step, exc) from None
+        if request.trace is not None:  # a traced request: each step is a child trace
+            step_request.trace = request.trace.child(model, step_request)
         return model, step_request
 
     def _step_error(self, step: EnsembleStep, error: InferenceServerError
@@ -168,8 +170,12 @@ class _Run:
                 # closing instance refuses a whole batch at once), whose callbacks take it.
                 future = model.scheduler.submit(step_request)
             except InferenceServerError as exc:
+                if step_request.trace is not None:
+                    step_request.trace.abandon()
                 self._fail(scheduler._step_error(step, exc))
                 return
+            if step_request.trace is not None:  # first: the step's trace ends before it
+                step_request.trace.watch(step_request, future)
             with self.lock:
                 self.running[step.index] = future
             future.add_done_callback(partial(self._step_done, step, step_request))

@@ -140,8 +140,8 @@ def naiad_server(*args: str, env: dict[str, str] | None = None,
     cmd = [
         sys.executable, "-m", "naiad", "serve",
         "--http-address", "127.0.0.1", "--grpc-address", "127.0.0.1",
-        "--metrics-address", "127.0.0.1", "--http-port", "{http_port}", "--grpc-port", "{grpc_port}",
-        "--metrics-port", "{metrics_port}", *args,
+        "--metrics-address", "127.0.0.1", "--http-port", "{http_port}",
+        "--grpc-port", "{grpc_port}", "--metrics-port", "{metrics_port}", *args,
     ]
     with ServerProcess(cmd, env=env, **kwargs) as server:  # type: ignore[arg-type]
         yield server

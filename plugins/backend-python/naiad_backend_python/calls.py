@@ -30,8 +30,12 @@ from naiad_backend_python.stub import triton_python_backend_utils as pb_utils
 Wired = tuple[str, str, np.ndarray]
 
 
-def server_request(call: dict[str, Any], inputs: Iterable[Wired]) -> InferenceRequest:
-    """The server's request for a BLS call (``pb_utils._describe_call``'s fields)."""
+def server_request(call: dict[str, Any], inputs: Iterable[Wired],
+                   find_trace: Callable[[int], Any] | None = None) -> InferenceRequest:
+    """The server's request for a BLS call (``pb_utils._describe_call``'s fields). A call
+    made with a traced request's trace (``trace``: that trace, or its id from a worker,
+    which ``find_trace`` looks up) carries it in ``request.trace``: the server traces the
+    call as its child (``InferenceClient.infer``)."""
     outputs = call.get("outputs")
     request = InferenceRequest(
         model_name=str(call["model_name"]), model_version=int(call.get("model_version", -1)),
@@ -41,6 +45,10 @@ def server_request(call: dict[str, Any], inputs: Iterable[Wired]) -> InferenceRe
         requested_outputs=None if outputs is None else [RequestedOutput(n) for n in outputs],
         parameters=dict(call.get("parameters") or {}))
     request.cancellation = Cancellation()
+    trace = call.get("trace")
+    if isinstance(trace, int):
+        trace = find_trace(trace) if find_trace is not None else None
+    request.trace = trace
     return request
 
 

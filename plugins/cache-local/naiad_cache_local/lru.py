@@ -10,11 +10,12 @@ operation, never while a response is copied or decoded.
 from __future__ import annotations
 
 import threading
+import time
 from collections import OrderedDict
 from dataclasses import dataclass
 
 from naiad.errors import invalid_arg
-from naiad.types import ResponseCache
+from naiad.types import CacheUsage, ResponseCache
 
 #: The settings ``--cache-config local,...`` takes.
 SETTINGS = ("size",)
@@ -32,6 +33,9 @@ class LocalCacheCounts:
     evictions: int = 0
     #: inserts dropped because one entry alone exceeds the budget
     too_large: int = 0
+    #: nanoseconds spent in lookups (hits and misses) and in inserts, lock waits included
+    lookup_ns: int = 0
+    insertion_ns: int = 0
 
 
 class LocalCache(ResponseCache):
@@ -68,33 +72,52 @@ class LocalCache(ResponseCache):
         return cls(size)
 
     def lookup(self, key: bytes) -> bytes | None:
+        start = time.perf_counter_ns()
+        counts = self.counts
         with self._lock:
-            self.counts.lookups += 1
+            counts.lookups += 1
             value = self._entries.get(key)
             if value is None:
-                self.counts.misses += 1
-                return None
-            self._entries.move_to_end(key)
-            self.counts.hits += 1
-            return value
+                counts.misses += 1
+            else:
+                self._entries.move_to_end(key)
+                counts.hits += 1
+            counts.lookup_ns += time.perf_counter_ns() - start
+        return value
 
     def insert(self, key: bytes, value: bytes) -> None:
+        start = time.perf_counter_ns()
         cost = len(key) + len(value)
         counts = self.counts
         with self._lock:
             if cost > self.size:
                 counts.too_large += 1
                 return
-            old = self._entries.pop(key, None)
-            if old is not None:  # two misses of one key ran at once: keep the newer
-                counts.bytes_used -= len(key) + len(old)
-            while counts.bytes_used + cost > self.size:
-                evicted_key, evicted = self._entries.popitem(last=False)
-                counts.bytes_used -= len(evicted_key) + len(evicted)
-                counts.evictions += 1
-            self._entries[key] = value
-            counts.bytes_used += cost
-            counts.entries = len(self._entries)
+            self._store(key, value, cost)
+            counts.insertion_ns += time.perf_counter_ns() - start
+
+    def _store(self, key: bytes, value: bytes, cost: int) -> None:
+        """Under the lock: make room for ``cost`` bytes, then keep ``value``."""
+        counts = self.counts
+        old = self._entries.pop(key, None)
+        if old is not None:  # two misses of one key ran at once: keep the newer
+            counts.bytes_used -= len(key) + len(old)
+        while counts.bytes_used + cost > self.size:
+            evicted_key, evicted = self._entries.popitem(last=False)
+            counts.bytes_used -= len(evicted_key) + len(evicted)
+            counts.evictions += 1
+        self._entries[key] = value
+        counts.bytes_used += cost
+        counts.entries = len(self._entries)
+
+    def usage(self) -> CacheUsage:
+        with self._lock:
+            counts = self.counts
+            return CacheUsage(entries=counts.entries, bytes_used=counts.bytes_used,
+                              bytes_total=self.size, lookups=counts.lookups,
+                              hits=counts.hits, misses=counts.misses,
+                              evictions=counts.evictions, lookup_ns=counts.lookup_ns,
+                              insertion_ns=counts.insertion_ns)
 
     def close(self) -> None:
         with self._lock:

@@ -75,6 +75,16 @@ def test_bad_settings_are_refused_naming_them(settings: dict, message: str) -> N
         LocalCache.from_settings(settings)
 
 
+def test_usage_reports_what_the_metrics_port_shows() -> None:
+    cache = LocalCache(1000)
+    cache.insert(key(1), b"x" * 68)
+    cache.lookup(key(1))
+    cache.lookup(key(2))
+    usage = cache.usage()
+    assert (usage.entries, usage.bytes_used, usage.bytes_total) == (1, 100, 1000)
+    assert (usage.lookups, usage.hits, usage.misses, usage.evictions) == (2, 1, 1, 0)
+
+
 def test_the_entry_point_gives_the_cache_by_name() -> None:
     cache = PluginManager().cache("local", {"size": "4096"})
     assert isinstance(cache, LocalCache) and cache.size == 4096 and not cache.blocking

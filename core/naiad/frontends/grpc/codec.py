@@ -15,13 +15,13 @@ from typing import Any
 from tritonclient.grpc import service_pb2
 
 from naiad.datatypes import NUMPY_DTYPES
-from naiad.errors import invalid_arg, unsupported
+from naiad.errors import invalid_arg
 from naiad.frontends.tensors import (
     check_header,
     from_list,
     from_raw,
     read_shm_input,
-    shm_output_target,
+    requested_output_target,
     to_raw,
 )
 from naiad.shm import SharedMemoryRegistry
@@ -139,10 +139,7 @@ def decode_request(model_name: str, version: int, msg: Any, registry: SharedMemo
         for out in msg.outputs:
             out_params = params_to_dict(out.parameters) if out.parameters else {}
             if out_params:
-                if "classification" in out_params:
-                    raise unsupported(f"output '{out.name}' of model '{model_name}': "
-                                      f"classification outputs are not supported yet")
-                target = shm_output_target(model_name, out.name, out_params)
+                target = requested_output_target(registry, model_name, out.name, out_params)
                 if target is not None:
                     if to_shm is None:
                         to_shm = {}

@@ -40,6 +40,8 @@ from naiad.frontends.grpc.codec import ResponseEncoder, decode_request, params_t
 from naiad.frontends.grpc.stream import Stream
 from naiad.frontends.restrictions import GRPCRequirement, Restriction, grpc_requirements
 from naiad.server import answer
+from naiad.shm import cuda_register, cuda_status, cuda_unregister
+from naiad.tracing.exchange import grpc_exchange, grpc_handled
 from naiad.types import Cancellation
 
 if TYPE_CHECKING:
@@ -49,7 +51,6 @@ log = logging.getLogger("naiad.grpc")
 
 pb = service_pb2
 _INTERNAL = grpc.StatusCode.INTERNAL
-_NO_CUDA = "CUDA shared memory is not supported: this server has no GPU"
 # tritonserver's status for a call of a restricted API without the header (2.51).
 _REFUSED = grpc.StatusCode.UNAVAILABLE
 # tritonserver's answer (UNIMPLEMENTED) to ModelInfer on a decoupled model (2.51).
@@ -130,6 +131,8 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
         # Returns the serialized ModelInferResponse (see listener.method_handlers).
         server = self.server
         answered = False
+        # While tracing is on: protocol timestamps and traceparent for the request's trace.
+        exchange = None if server.tracer is None else grpc_exchange(context)
         try:
             model = server.model(request.model_name, request.model_version)
             if model.decoupled:
@@ -164,6 +167,8 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
                                      f"{type(exc).__name__}: {exc}")
         finally:
             answered = True
+            if exchange is not None:
+                grpc_handled(exchange, context)
         raise AssertionError("unreachable: context.abort raises")
 
     def ModelStreamInfer(self, request_iterator: Iterator[Any],
@@ -269,20 +274,25 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
         self.shm.unregister(request.name)
         return pb.SystemSharedMemoryUnregisterResponse()
 
+    # CUDA shared memory: naiad holds no CUDA region (naiad.shm explains).
+
     @_on_loop
     async def CudaSharedMemoryStatus(self, request: Any,
                                      context: grpc.ServicerContext) -> Any:
-        raise unsupported(_NO_CUDA)
+        cuda_status(request.name)  # no region: empty, or NOT_FOUND for a named one
+        return pb.CudaSharedMemoryStatusResponse()
 
     @_on_loop
     async def CudaSharedMemoryRegister(self, request: Any,
                                        context: grpc.ServicerContext) -> Any:
-        raise unsupported(_NO_CUDA)
+        cuda_register(request.name)
+        return pb.CudaSharedMemoryRegisterResponse()
 
     @_on_loop
     async def CudaSharedMemoryUnregister(self, request: Any,
                                          context: grpc.ServicerContext) -> Any:
-        raise unsupported(_NO_CUDA)
+        cuda_unregister(request.name)
+        return pb.CudaSharedMemoryUnregisterResponse()
 
     # --- trace and log settings ---------------------------------------------------------
 
@@ -291,7 +301,7 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
         settings = self.server.trace_settings(
             request.model_name, {key: list(value.value) for key, value in request.settings.items()})
         response = pb.TraceSettingResponse()
-        for key, values in settings.items():
+        for key, values in settings:
             response.settings[key].value.extend(values)
         return response
 

@@ -29,7 +29,7 @@ from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from naiad import logs
-from naiad.errors import InferenceServerError, Status, http_status, invalid_arg
+from naiad.errors import InferenceServerError, http_status, invalid_arg
 from naiad.frontends.forwarding import header_forwarder
 from naiad.frontends.http.body import compress, decompress, pick_encoding, read_body
 from naiad.frontends.http.codec import HEADER_LENGTH, decode_request, encode_response, error_body
@@ -42,6 +42,8 @@ from naiad.frontends.restrictions import (
 )
 from naiad.futures import LoopWaiter
 from naiad.server import InferenceServer, answer
+from naiad.shm import cuda_register, cuda_status, cuda_unregister
+from naiad.tracing.exchange import traced_http_call
 from naiad.types import InferenceResponse
 
 log = logging.getLogger("naiad.http")
@@ -56,6 +58,11 @@ _HEADER_LENGTH_BYTES = HEADER_LENGTH.encode()
 
 def _json(doc: Any, status: int = 200) -> Response:
     return Response(orjson.dumps(doc), status, media_type="application/json")
+
+
+def _done() -> Response:
+    """An empty success, with the Content-Type tritonserver gives it."""
+    return Response(status_code=200, media_type="application/json")
 
 
 def _error(exc: InferenceServerError) -> Response:
@@ -155,7 +162,10 @@ class HTTPFrontend:
                 scope["path"].endswith("/infer"):
             names = _split_infer_path(scope["path"])
             if names is not None:
-                await self._infer(scope, receive, send, *names)
+                if self.server.tracer is None:
+                    await self._infer(scope, receive, send, *names)
+                else:  # protocol timestamps and traceparent for the request's trace
+                    await traced_http_call(self._infer, scope, receive, send, *names)
                 return
         await self.router(scope, receive, send)
 
@@ -269,13 +279,14 @@ class HTTPFrontend:
             ("/v2/systemsharedmemory/unregister", self.shm_unregister, post, "shared-memory"),
             ("/v2/systemsharedmemory/region/{region}/unregister", self.shm_unregister, post,
              "shared-memory"),
-            ("/v2/cudasharedmemory/status", self.cuda_shm, get, "shared-memory"),
-            ("/v2/cudasharedmemory/region/{region}/status", self.cuda_shm, get,
+            ("/v2/cudasharedmemory/status", self.cuda_shm_status, get, "shared-memory"),
+            ("/v2/cudasharedmemory/region/{region}/status", self.cuda_shm_status, get,
              "shared-memory"),
-            ("/v2/cudasharedmemory/region/{region}/register", self.cuda_shm, post,
+            ("/v2/cudasharedmemory/region/{region}/register", self.cuda_shm_register, post,
              "shared-memory"),
-            ("/v2/cudasharedmemory/unregister", self.cuda_shm, post, "shared-memory"),
-            ("/v2/cudasharedmemory/region/{region}/unregister", self.cuda_shm, post,
+            ("/v2/cudasharedmemory/unregister", self.cuda_shm_unregister, post,
+             "shared-memory"),
+            ("/v2/cudasharedmemory/region/{region}/unregister", self.cuda_shm_unregister, post,
              "shared-memory"),
             ("/v2/logging", self.log_settings, get_or_post, "logging"),
             ("/v2/trace/setting", self.trace_settings, get_or_post, "trace"),
@@ -379,17 +390,24 @@ class HTTPFrontend:
         return _json(logs.current.as_dict())
 
     async def trace_settings(self, request: Request) -> Response:
-        """The trace extension, server-wide or per model: tracing is off (naiad does not
-        trace), and a POST that tries to change it is refused."""
+        """The trace extension, server-wide or per model: the settings, changed first by a
+        POST that names some (naiad.tracing.manager)."""
         try:
             changes = await self._json_body(request) if request.method == "POST" else {}
             settings = self.server.trace_settings(request.path_params.get("model", ""),
                                                   changes)
         except InferenceServerError as exc:
             return _error(exc)
-        # Over HTTP, Triton sends trace_level as a list and every other setting as a string.
-        return _json({key: values if key == "trace_level" else (values[0] if values else "")
-                      for key, values in settings.items()})
+        # As tritonserver writes them: trace_level a list, every other setting a string,
+        # one key per value (the opentelemetry "resource" may repeat: a duplicate key).
+        fields = []
+        for key, values in settings:
+            name = orjson.dumps(key) + b":"
+            if key == "trace_level":
+                fields.append(name + orjson.dumps(values))
+            else:
+                fields += [name + orjson.dumps(value) for value in values]
+        return Response(b"{" + b",".join(fields) + b"}", 200, media_type="application/json")
 
     async def shm_status(self, request: Request) -> Response:
         try:
@@ -409,15 +427,30 @@ class HTTPFrontend:
             self.server.shared_memory.register(region, key, offset, size)
         except InferenceServerError as exc:
             return _error(exc)
-        return Response(status_code=200)
+        return _done()
 
     async def shm_unregister(self, request: Request) -> Response:
         self.server.shared_memory.unregister(request.path_params.get("region", ""))
-        return Response(status_code=200)
+        return _done()
 
-    async def cuda_shm(self, request: Request) -> Response:
-        return _error(InferenceServerError(
-            "CUDA shared memory is not supported: this server has no GPU", Status.UNSUPPORTED))
+    # CUDA shared memory: naiad holds no CUDA region (naiad.shm explains).
+
+    async def cuda_shm_status(self, request: Request) -> Response:
+        try:
+            return _json(cuda_status(request.path_params.get("region", "")))
+        except InferenceServerError as exc:
+            return _error(exc)
+
+    async def cuda_shm_register(self, request: Request) -> Response:
+        try:
+            cuda_register(request.path_params["region"])
+        except InferenceServerError as exc:
+            return _error(exc)
+        return _done()
+
+    async def cuda_shm_unregister(self, request: Request) -> Response:
+        cuda_unregister(request.path_params.get("region", ""))
+        return _done()
 
 
 async def _unreachable(request: Request) -> Response:  # pragma: no cover

@@ -17,6 +17,7 @@ from naiad.frontends.tensors import (
     from_list,
     from_raw,
     read_shm_input,
+    requested_output_target,
     shm_output_target,
     to_list,
     to_raw,
@@ -100,6 +101,8 @@ def decode_request(model_name: str, version: int, body: bytes, header_length: in
             if not isinstance(out_params, dict):
                 raise invalid_arg(f"output '{item['name']}' of model '{model_name}': "
                                   f"'parameters' must be an object")
+            if out_params:
+                _check_output(registry, model_name, item["name"], out_params)
             requested.append(RequestedOutput(item["name"], out_params))
     params = doc.get("parameters") or {}
     if not isinstance(params, dict):
@@ -115,12 +118,30 @@ def decode_request(model_name: str, version: int, body: bytes, header_length: in
     )
 
 
+def _check_output(registry: SharedMemoryRegistry, model_name: str, name: str,
+                  params: dict[str, Any]) -> None:
+    """Refuse what tritonserver refuses in a requested output's parameters, before the
+    request runs."""
+    if "shared_memory_region" in params and params.get("binary_data") is True:
+        raise invalid_arg(f"output '{name}' of model '{model_name}': an output can't set both "
+                          f"'shared_memory_region' and 'binary_data'")
+    requested_output_target(registry, model_name, name, params)
+
+
 def encode_response(request: InferenceRequest, response: InferenceResponse, version: int,
                     registry: SharedMemoryRegistry) -> tuple[bytes, int | None]:
-    """The response body and, when binary tensors follow the JSON, the JSON's length."""
-    binary_default = bool(request.parameters.get("binary_data_output", False))
+    """The response body and, when binary tensors follow the JSON, the JSON's length.
+
+    As tritonserver: ``binary_data_output`` applies when the request names no outputs; a
+    named output is binary only with its own ``binary_data`` true. An output written to
+    shared memory is listed with its name, datatype and shape only (no ``parameters``: the
+    client knows where it asked for it, and perf_analyzer reads ``parameters`` as binary
+    data)."""
+    binary_default = False
     wanted: dict[str, dict[str, Any]] = {}
-    if request.requested_outputs is not None:
+    if request.requested_outputs is None:
+        binary_default = bool(request.parameters.get("binary_data_output", False))
+    else:
         wanted = {o.name: o.parameters for o in request.requested_outputs}
     outputs = []
     chunks: list[bytes | memoryview] = []
@@ -137,10 +158,6 @@ def encode_response(request: InferenceRequest, response: InferenceResponse, vers
             raw = to_raw(tensor)
             registry.write(region, offset, size, raw,
                            f"output '{tensor.name}' of model '{request.model_name}'")
-            entry["parameters"] = {"shared_memory_region": region,
-                                   "shared_memory_byte_size": len(raw)}
-            if offset:
-                entry["parameters"]["shared_memory_offset"] = offset
         elif params.get("binary_data", binary_default):
             raw = to_raw(tensor)
             entry["parameters"] = {"binary_data_size": len(raw)}
@@ -148,9 +165,10 @@ def encode_response(request: InferenceRequest, response: InferenceResponse, vers
         else:
             entry["data"] = to_list(tensor)
         outputs.append(entry)
-    doc: dict[str, Any] = {"model_name": request.model_name, "model_version": str(version)}
-    if request.id:
-        doc["id"] = request.id
+    # tritonserver's key order: id, model_name, model_version, parameters, outputs
+    doc: dict[str, Any] = {"id": request.id} if request.id else {}
+    doc["model_name"] = request.model_name
+    doc["model_version"] = str(version)
     if response.parameters:
         doc["parameters"] = response.parameters
     doc["outputs"] = outputs

@@ -35,8 +35,11 @@ class ServerCalls:
     back when the message asked a question: it carries a ``call`` number)."""
 
     def __init__(self, server: InferenceClient | None, send: Send, region_dir: str,
-                 inline_max: int, handlers: dict[str, Handler] | None = None) -> None:
+                 inline_max: int, handlers: dict[str, Handler] | None = None,
+                 find_trace: Callable[[int], Any] | None = None) -> None:
         self.server = server
+        # the trace of a request sent to this worker, by its id (None: gone or unknown)
+        self.find_trace = find_trace
         self.send = send
         self.region_dir = region_dir
         self.inline_max = inline_max
@@ -106,7 +109,7 @@ class ServerCalls:
             region = wire.open_region(message, fds)
             inputs = [wire.unpack(descriptor, region, payload, copy=False)
                       for descriptor in message.get("inputs", ())]
-            request = server_request(message["request"], inputs)
+            request = server_request(message["request"], inputs, self.find_trace)
         except (KeyError, TypeError, ValueError) as exc:
             self._answer(number, {"final": True, "response": {"error": [
                 "INVALID_ARG", f"the BLS request could not be read: {exc}"]}})

@@ -18,6 +18,7 @@ import collections
 import logging
 import os
 import threading
+import weakref
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
@@ -108,6 +109,9 @@ class WorkerChannel:
         self.calls: ServerCalls | None = None
         # Requests of a decoupled model whose stream is open: (batch id, index) -> request.
         self._streams: dict[tuple[int, int], InferenceRequest] = {}
+        # The traces of the traced requests sent, by id, while they live: a BLS call names
+        # the trace of the request it is made for (InferenceRequest.trace).
+        self.traces: weakref.WeakValueDictionary[int, Any] = weakref.WeakValueDictionary()
 
     # --- one question, one answer (starting the worker, auto-complete) ------------------
 
@@ -136,7 +140,7 @@ class WorkerChannel:
         """From now on, answer the worker's calls (``isolated/calls.py``): ``server`` is
         what the model's BLS calls reach; ``handlers`` serve further questions, by ``op``."""
         self.calls = ServerCalls(server, self._send, self.regions.directory,
-                                 self.regions.inline_max, handlers)
+                                 self.regions.inline_max, handlers, self.traces.get)
 
     def _send(self, header: dict, buffers: Sequence[memoryview] = (),
               fds: Sequence[int] = ()) -> None:
@@ -233,6 +237,9 @@ class WorkerChannel:
                     "inputs": [packer.add_buffer(name, datatype, shape, data)
                                for name, datatype, shape, data in tensors],
                 })
+                if request.trace is not None:  # a traced request: its BLS calls name it
+                    messages[-1]["trace"] = request.trace.id
+                    self.traces[request.trace.id] = request.trace
             header: dict[str, Any] = {"op": "execute", "id": batch_id, "requests": messages,
                                       "out": packer.offset if region is not None else None}
             if fds and region is not None:

@@ -93,7 +93,8 @@ class _Cancelled:
 class _Request:
     """What the runner reads of a request (the attributes of naiad's InferenceRequest)."""
 
-    __slots__ = ("cancellation", "id", "inputs", "key", "parameters", "requested_outputs")
+    __slots__ = ("cancellation", "id", "inputs", "key", "parameters", "requested_outputs",
+                 "trace")
 
     def __init__(self, message: dict[str, Any], region: wire.Region | None,
                  payload: memoryview, key: Tuple[int, int], cancellation: _Cancelled) -> None:
@@ -101,6 +102,8 @@ class _Request:
         self.cancellation = cancellation
         self.id = message.get("id", "")
         self.parameters = message.get("parameters") or {}
+        # the id of the server's trace of this request (None: not traced), for BLS calls
+        self.trace = message.get("trace")
         outputs = message.get("outputs")
         self.requested_outputs = None if outputs is None else [_Requested(n) for n in outputs]
         inputs = {}

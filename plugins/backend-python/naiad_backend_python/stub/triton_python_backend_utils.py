@@ -313,7 +313,18 @@ TRITONSERVER_MEMORY_CPU = 1
 
 
 class _InferenceTrace:
+    """A request's trace (``request.trace()``), to pass to the BLS requests made for it
+    (``InferenceRequest(..., trace=request.trace())``): the server then traces them as its
+    children. ``_handle``: the server's trace (in process) or its id (in a worker); None when
+    the request is not traced."""
+
+    __slots__ = ("_handle",)
+
+    def __init__(self, handle: Any = None) -> None:
+        self._handle = handle
+
     def get_context(self) -> str | None:
+        """Triton's OpenTelemetry context of the request; naiad has none to give."""
         return None
 
 
@@ -338,6 +349,7 @@ class InferenceRequest:
         "_sender",
         "_source",
         "_timeout",
+        "_trace",
     )
 
     def __init__(self, request_id: str = "", correlation_id: int | str = 0,
@@ -358,6 +370,7 @@ class InferenceRequest:
         self._timeout = timeout
         self._parameters = _parameters_json(parameters or {})
         self._sender = None
+        self._trace = trace if isinstance(trace, _InferenceTrace) else None
 
     @classmethod
     def _wrap(cls, source: Any, output_names: frozenset[str]) -> InferenceRequest:
@@ -369,6 +382,7 @@ class InferenceRequest:
         request._parameters = None
         request._flags = None
         request._sender = None
+        request._trace = None
         return request
 
     def inputs(self) -> list[Tensor]:
@@ -451,7 +465,10 @@ class InferenceRequest:
             raise _unsupported("Rescheduling a request (set_release_flags)")
 
     def trace(self) -> _InferenceTrace:
-        return _InferenceTrace()
+        """This request's trace, for the BLS requests made for it."""
+        if self._source is None:
+            return self._trace or _InferenceTrace()
+        return _InferenceTrace(getattr(self._source, "trace", None))
 
     def exec(self, decoupled: bool = False) -> Any:
         """Run this request on ``model_name`` and wait: its response, or with
@@ -669,7 +686,8 @@ def _resolve(future: asyncio.Future, response: InferenceResponse) -> None:
 def _describe_call(request: InferenceRequest) -> dict[str, Any]:
     """What a BLS request asks for, in plain values (its tensors aside): the model, the
     version (-1: the latest), the id, the outputs (None: all) and the parameters, with the
-    correlation id, flags and timeout as the server's request parameters."""
+    correlation id, flags and timeout as the server's request parameters; ``trace`` when it
+    was made with a traced request's trace (in a worker, that trace's id)."""
     parameters: dict[str, Any] = json.loads(request._parameters) if request._parameters else {}
     if request._correlation_id:
         parameters["sequence_id"] = request._correlation_id
@@ -680,9 +698,12 @@ def _describe_call(request: InferenceRequest) -> dict[str, Any]:
         parameters["sequence_end"] = True
     if request._timeout:
         parameters["timeout"] = int(request._timeout)
-    return {"model_name": request._model_name, "model_version": int(request._model_version),
+    call = {"model_name": request._model_name, "model_version": int(request._model_version),
             "id": request._request_id, "outputs": sorted(request._requested) or None,
             "parameters": parameters}
+    if request._trace is not None and request._trace._handle is not None:
+        call["trace"] = request._trace._handle  # the server's trace, or its id in a worker
+    return call
 
 
 # naiad's status names -> TritonError codes, for the errors BLS responses carry.

@@ -1,0 +1,1 @@
+../../../model_repository/add_sub/1/model.py

@@ -1,0 +1,1 @@
+../../../model_repository/strings/1/model.py
