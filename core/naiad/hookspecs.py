@@ -101,8 +101,9 @@ def naiad_cache(name: str, settings: dict[str, str]) -> ResponseCache | None:
 def naiad_source(scheme: str) -> RepositorySource | None:
     """Return a :class:`naiad.types.RepositorySource` for repository URIs of ``scheme``.
 
-    ``scheme`` is the part of ``--model-repository`` before ``://`` (``s3``, ``gs``), or
-    ``file`` for a plain path (the core's own source). Called at start-up, once per
-    ``--model-repository``; the source's ``localize(uri)`` is called right after. The first
+    ``scheme`` is the part of ``--model-repository`` before ``://`` (``s3``, ``gs``, ``as``),
+    or ``file`` for a plain path (the core's own source). Called at start-up, once per
+    ``--model-repository``; the source's ``open(uri)`` is called right after, and the core
+    mirrors what the repository lists (see :class:`naiad.types.Repository`). The first
     non-None result wins.
     """

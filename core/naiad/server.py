@@ -18,6 +18,7 @@ import time
 from collections.abc import Coroutine
 from concurrent.futures import Future
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from tritonclient.grpc.model_config_pb2 import DataType
@@ -40,6 +41,7 @@ from naiad.types import (
     InferenceClient,
     InferenceRequest,
     InferenceResponse,
+    Repository,
     ResponseCallback,
     ResponseSender,
 )
@@ -124,8 +126,9 @@ class InferenceServer:
         self.options = options
         self.plugins = plugins or PluginManager(options.plugins_allowed or None,
                                                 options.plugins_blocked)
-        repositories = [self.plugins.source(scheme_of(uri)).localize(uri)
-                        for uri in options.model_repositories]
+        self.repositories = [self.plugins.source(scheme_of(uri)).open(uri)
+                             for uri in options.model_repositories]
+        repositories = [_local_folder(repository) for repository in self.repositories]
         self.models = ModelManager(repositories, self.plugins, LoadOptions(
             strict_model_config=options.strict_model_config,
             disable_auto_complete_config=options.disable_auto_complete_config,
@@ -595,6 +598,13 @@ class ServerModels(InferenceClient):
             future.set_exception(unavailable("the server is not running"))
             return future
         return asyncio.run_coroutine_threadsafe(work, loop)
+
+
+def _local_folder(repository: Repository) -> Path:
+    """Where the server reads ``repository``'s models."""
+    if repository.local_path is None:
+        raise unsupported("remote model repositories are not mirrored yet")
+    return repository.local_path
 
 
 def _type_name(value: int) -> str:

@@ -309,12 +309,63 @@ class Backend(abc.ABC):
         the exception's message as the reason."""
 
 
-class RepositorySource(abc.ABC):
-    """Where model repositories live: maps a ``--model-repository`` URI to a local folder."""
+@dataclass(slots=True, frozen=True)
+class RepositoryFile:
+    """One file of a model repository, as its source lists it."""
+
+    #: the path under the repository's root, "/"-separated: ``resnet/1/model.onnx``
+    path: str
+    #: its size in bytes
+    size: int
+    #: changes whenever the file's content changes (an ETag, a generation, a version id,
+    #: or size and modification time for a local file): the same path with the same tag is
+    #: the same content, so the core never downloads it twice
+    tag: str
+
+
+class Repository(abc.ABC):
+    """One ``--model-repository`` URI, opened by its :class:`RepositorySource`.
+
+    The server reads models from local folders. A repository on this machine says where it
+    is (:attr:`local_path`) and is read in place; any other is mirrored by the core: it
+    lists the files (:meth:`list_files`) at start-up, at every poll and before an explicit
+    load, and downloads (:meth:`download`) only the files whose tag it has not seen, into a
+    content-addressed cache it keeps, so a restart or a poll downloads nothing unchanged.
+    Methods are called from worker threads, several downloads at once (the core bounds how
+    many); none is called on the event loop.
+    """
+
+    #: the repository's folder when it is on this machine (read in place); None for a
+    #: remote repository (mirrored)
+    local_path: Path | None = None
 
     @abc.abstractmethod
-    def localize(self, uri: str) -> Path:
-        """Return a local folder holding the repository named by ``uri`` (download if remote)."""
+    def list_files(self, prefix: str = "") -> list[RepositoryFile]:
+        """Every file under the repository's root, or under ``prefix`` (a model's name and
+        "/"). Folders are not listed; an empty folder does not exist. A repository that
+        cannot be reached, or that refuses access, raises
+        :class:`naiad.errors.InferenceServerError` (UNAVAILABLE, NOT_FOUND) whose message
+        names the URI and the cause."""
+
+    @abc.abstractmethod
+    def download(self, file: RepositoryFile, destination: Path) -> None:
+        """Write ``file``'s content to ``destination`` (a new file, in a folder that
+        exists). Errors as for :meth:`list_files`; a download that fails leaves whatever it
+        wrote, which the core removes."""
+
+    def close(self) -> None:  # noqa: B027 - optional: most repositories hold nothing open
+        """Release connections; called once, at shutdown."""
+
+
+class RepositorySource(abc.ABC):
+    """Where model repositories of one URI scheme live (``s3``, ``gs``, ``as``; ``file`` for
+    a plain path): opens a ``--model-repository`` URI."""
+
+    @abc.abstractmethod
+    def open(self, uri: str) -> Repository:
+        """The repository at ``uri`` (the whole ``--model-repository`` value). Raise
+        :class:`naiad.errors.InferenceServerError` naming the URI when it is malformed
+        (INVALID_ARG); reaching it may wait for the first :meth:`Repository.list_files`."""
 
 
 @dataclass(slots=True, frozen=True)

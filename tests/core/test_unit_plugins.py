@@ -18,6 +18,7 @@ import naiad
 from naiad.config.platforms import BACKEND_DISTRIBUTIONS
 from naiad.errors import InferenceServerError, Status
 from naiad.plugins import ENTRY_POINT_GROUPS, PluginManager, installed_plugins
+from naiad.repository.local import LocalRepository
 from naiad.types import Backend, ModelInstance, RepositorySource, ResponseCache
 
 
@@ -140,7 +141,7 @@ def test_register_rejects_a_misspelled_hook_loudly():
 def test_builtin_plugins_serve_local_repositories(tmp_path):
     source = PluginManager().source("file")
     assert isinstance(source, RepositorySource)
-    assert source.localize(str(tmp_path)) == tmp_path.resolve()
+    assert source.open(str(tmp_path)).local_path == tmp_path.resolve()
 
 
 # --- not installed --------------------------------------------------------------------------
@@ -208,8 +209,8 @@ def test_cache_and_source_entry_points(installed, monkeypatch):
             pass
 
     class Source(RepositorySource):
-        def localize(self, uri):
-            return Path("/")
+        def open(self, uri):
+            return LocalRepository(Path("/"))
 
     @naiad.hookimpl
     def naiad_cache(name, settings):
