@@ -7,6 +7,7 @@ import logging
 import re
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 from naiad import __version__, logs, tritonserver_flags
 from naiad.errors import InferenceServerError
@@ -15,6 +16,7 @@ from naiad.frontends.grpc.options import COMPRESSION_LEVELS, GRPCOptions
 from naiad.frontends.restrictions import parse_restrictions
 from naiad.metrics_config import MetricsConfig, parse_metrics_config
 from naiad.plugins import installed_plugins
+from naiad.repository.mirror import MirrorSettings
 from naiad.serve import HTTP_SERVERS, Listeners, run
 from naiad.server import MIB, ServerOptions
 from naiad.tracing import DeprecatedFlags, TraceConfig, parse_trace_config
@@ -100,6 +102,20 @@ def build_parser() -> argparse.ArgumentParser:
                                            "follow the repositories' changes")
     repo.add_argument("--repository-poll-secs", type=int, default=15, metavar="SECONDS",
                       help="with poll control: seconds between two scans (default 15)")
+    repo.add_argument("--repository-cache-dir", default="", metavar="PATH",
+                      help="where remote repositories (s3://, gs://, as://) are mirrored: a "
+                           "content-addressed store and the model folders (default "
+                           "$XDG_CACHE_HOME/naiad/repositories or ~/.cache/naiad/repositories)")
+    repo.add_argument("--repository-cache-max-bytes", type=int, default=10 * 1024**3,
+                      metavar="BYTES",
+                      help="bound of that store: files no mirrored model uses are evicted "
+                           "past it (default 10 GiB)")
+    repo.add_argument("--repository-download-threads", type=int, default=8, metavar="N",
+                      help="files downloaded at the same time per remote repository "
+                           "(default 8)")
+    repo.add_argument("--repository-settle-secs", type=float, default=1.0, metavar="SECONDS",
+                      help="a changed remote model is loaded only when two listings this far "
+                           "apart agree on its files (default 1; poll mode compares polls)")
     repo.add_argument("--model-config-name", default="", metavar="NAME",
                       help="load <model>/configs/NAME.pbtxt instead of config.pbtxt where "
                            "it exists")
@@ -273,6 +289,12 @@ def _options(args: argparse.Namespace) -> tuple[ServerOptions, Listeners]:
         repository_poll_secs=args.repository_poll_secs,
         cache_name=cache_name,
         cache_settings=cache_settings,
+        repository_mirror=MirrorSettings(
+            **({"cache_dir": Path(args.repository_cache_dir).expanduser()}
+               if args.repository_cache_dir else {}),
+            max_bytes=args.repository_cache_max_bytes,
+            download_threads=args.repository_download_threads,
+            settle_s=args.repository_settle_secs),
         metrics=_metrics_config(args),
         trace=_trace_config(args)[0],
     )
@@ -355,6 +377,11 @@ def _check(args: argparse.Namespace) -> list[str]:
             problems.append(f"--{flag.replace('_', '-')} must be at least 1")
     if args.model_load_retry_count < 0:
         problems.append("--model-load-retry-count must not be negative")
+    for flag in ("repository_cache_max_bytes", "repository_download_threads"):
+        if getattr(args, flag) < 1:
+            problems.append(f"--{flag.replace('_', '-')} must be at least 1")
+    if args.repository_settle_secs < 0:
+        problems.append("--repository-settle-secs must not be negative")
     if args.response_cache_byte_size < 0:
         problems.append("--response-cache-byte-size must not be negative")
     try:

@@ -48,6 +48,11 @@ PUBLIC_MODULES = (
     "naiad.types",
 )
 
+# The source plugin of each URI scheme naiad knows: distribution, folder in a checkout.
+SOURCE_DISTRIBUTIONS = {"s3": ("naiad-source-s3", "plugins/source-s3"),
+                        "gs": ("naiad-source-gcs", "plugins/source-gcs"),
+                        "as": ("naiad-source-azure", "plugins/source-azure")}
+
 # Plugins that ship inside the core, registered through the same hooks as any other.
 BUILTIN_PLUGINS = (
     "naiad.repository.local",
@@ -183,8 +188,11 @@ class PluginManager:
         if found is None and self._load_entry_point("source", scheme):
             found = self.pm.hook.naiad_source(scheme=scheme)
         if found is None:
-            raise unavailable(f"no repository source for '{scheme}://' is installed "
-                              f"(install the naiad-source-{scheme} distribution)")
+            known = SOURCE_DISTRIBUTIONS.get(scheme)
+            how = (f"install {known[0]}: 'pip install ./{known[1]}' from a naiad checkout"
+                   if known else f"install a distribution with a 'naiad.sources' entry "
+                                 f"point named '{scheme}'")
+            raise unavailable(f"no repository source for '{scheme}://' is installed ({how})")
         return found  # type: ignore[no-any-return]
 
     def cache(self, name: str, settings: dict[str, str]) -> ResponseCache:

@@ -18,7 +18,6 @@ import time
 from collections.abc import Coroutine
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from tritonclient.grpc.model_config_pb2 import DataType
@@ -32,6 +31,7 @@ from naiad.metrics_config import MetricsConfig
 from naiad.models.manager import LoadOptions, ModelManager, ModelVersion
 from naiad.models.poller import RepositoryPoller
 from naiad.plugins import PluginManager
+from naiad.repository.mirror import MirrorSettings, local_folders
 from naiad.repository.scan import scheme_of
 from naiad.response_cache import ServerCache
 from naiad.shm import SharedMemoryRegistry
@@ -41,7 +41,6 @@ from naiad.types import (
     InferenceClient,
     InferenceRequest,
     InferenceResponse,
-    Repository,
     ResponseCallback,
     ResponseSender,
 )
@@ -106,6 +105,8 @@ class ServerOptions:
     # Models loaded at once, and how often a failed load is tried again.
     model_load_thread_count: int = 4
     model_load_retry_count: int = 0
+    # Where and how remote repositories (s3://, gs://, as://) are mirrored.
+    repository_mirror: MirrorSettings = field(default_factory=MirrorSettings)
     # --model-control-mode=poll: seconds between two scans of the repositories.
     repository_poll_secs: int = 15
     # --metrics-config: which latency metrics are recorded (counters, summaries, naiad's
@@ -128,7 +129,8 @@ class InferenceServer:
                                                 options.plugins_blocked)
         self.repositories = [self.plugins.source(scheme_of(uri)).open(uri)
                              for uri in options.model_repositories]
-        repositories = [_local_folder(repository) for repository in self.repositories]
+        repositories, mirrors = local_folders(options.model_repositories, self.repositories,
+                                              options.repository_mirror)
         self.models = ModelManager(repositories, self.plugins, LoadOptions(
             strict_model_config=options.strict_model_config,
             disable_auto_complete_config=options.disable_auto_complete_config,
@@ -140,6 +142,7 @@ class InferenceServer:
             track_files=options.model_control_mode == "poll",
             metrics=options.metrics,
         ))
+        self.models.mirrors = mirrors
         self.poller: RepositoryPoller | None = None
         if options.model_control_mode == "poll":
             self.poller = RepositoryPoller(self.models, options.repository_poll_secs,
@@ -174,6 +177,7 @@ class InferenceServer:
         self.live = True
         self.loop = asyncio.get_running_loop()
         mode = self.options.model_control_mode
+        await self._sync_mirrors()
         if self.poller is not None:
             await self.poller.baseline()
         names = (list(self.models.discover()) if mode != "explicit"
@@ -188,6 +192,20 @@ class InferenceServer:
         if self.poller is not None:
             self.poller.retry(list(failures))  # as Triton: tried again at every poll
             self.poller.start()
+
+    async def _sync_mirrors(self, models: list[str] | None = None) -> None:
+        """Bring remote repositories' mirrors up to date before models are read. One that
+        cannot be listed is an error (start-up: fatal with --exit-on-error), its models
+        serve what was mirrored before."""
+        if not self.models.mirrors:
+            return
+        try:
+            await asyncio.to_thread(self.models.sync_mirrors, models,
+                                    self.options.repository_mirror.settle_s)
+        except InferenceServerError as exc:
+            if models is None and self.options.exit_on_error:
+                raise RuntimeError(exc.message) from None
+            log.error("%s", exc.message)
 
     def _explicit_startup_models(self) -> list[str]:
         wanted = self.options.load_models
@@ -229,6 +247,8 @@ class InferenceServer:
         if self.cache is not None:
             self.cache.close()
         self.tracing.close()
+        for repository in self.repositories:
+            repository.close()
         self.live = False
 
     def settle_heap(self) -> None:
@@ -447,6 +467,7 @@ class InferenceServer:
             raise invalid_arg(f"failed to load '{name}': loading model files through the "
                               f"request is not supported")
         try:
+            await self._sync_mirrors([name])
             await self.models.load(name, config)
         except InferenceServerError as exc:
             if exc.status in (Status.NOT_FOUND, Status.INVALID_ARG):
@@ -598,13 +619,6 @@ class ServerModels(InferenceClient):
             future.set_exception(unavailable("the server is not running"))
             return future
         return asyncio.run_coroutine_threadsafe(work, loop)
-
-
-def _local_folder(repository: Repository) -> Path:
-    """Where the server reads ``repository``'s models."""
-    if repository.local_path is None:
-        raise unsupported("remote model repositories are not mirrored yet")
-    return repository.local_path
 
 
 def _type_name(value: int) -> str:

@@ -31,6 +31,7 @@ from naiad.models.loader import load_version, stop_workers
 from naiad.models.signature import ModelSignature
 from naiad.plugins import PluginManager
 from naiad.repository.fingerprint import ModelFingerprint, model_fingerprint
+from naiad.repository.mirror import RepositoryMirror
 from naiad.repository.scan import model_config_versions, model_folders
 from naiad.response_cache import ServerCache
 from naiad.scheduling.base import Scheduler, SchedulingContext
@@ -140,6 +141,9 @@ class ModelManager:
         self.custom_metrics = CustomMetrics()
         #: the server's response cache (``--cache-config``), None without one
         self.response_cache: ServerCache | None = None
+        #: the remote repositories, mirrored into folders of ``repositories`` (set by the
+        #: server): synced at start-up, at every poll and before an explicit load
+        self.mirrors: list[RepositoryMirror] = []
 
     # --- the request path ---------------------------------------------------------------
 
@@ -203,7 +207,26 @@ class ModelManager:
             self.models[name] = ModelRecord(name, None, states={None: (
                 UNAVAILABLE, f"model '{name}' appears in more than one model repository")})
             del found[name]
+        for mirror in self.mirrors:  # a remote model that could not be fetched, ever
+            for name, reason in mirror.failures.items():
+                if name not in found:
+                    self.models[name] = ModelRecord(name, None,
+                                                    states={None: (UNAVAILABLE, reason)})
         return found
+
+    def sync_mirrors(self, models: list[str] | None = None, settle_s: float = 0.0) -> None:
+        """Bring the mirrors of remote repositories up to date (every model, or ``models``);
+        on a worker thread. A repository that cannot be listed raises
+        :class:`InferenceServerError` naming it, after the others were synced."""
+        problems = []
+        for mirror in self.mirrors:
+            try:
+                mirror.sync(models, settle_s)
+            except InferenceServerError as exc:
+                problems.append(exc)
+        if problems:
+            raise problems[0] if len(problems) == 1 else unavailable(
+                "; ".join(problem.message for problem in problems))
 
     def index(self, ready_only: bool = False) -> list[dict]:
         """The repository index: every model (and version) with its state and reason.

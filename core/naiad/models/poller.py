@@ -15,6 +15,7 @@ import logging
 from collections.abc import Callable, Iterable
 from contextlib import suppress
 
+from naiad.errors import InferenceServerError
 from naiad.models.manager import ModelManager
 from naiad.repository.fingerprint import (
     ModelFingerprint,
@@ -42,8 +43,16 @@ class RepositoryPoller:
         self._current: asyncio.Future[RepositoryChanges] | None = None
 
     async def scan(self) -> dict[str, ModelFingerprint]:
-        """The repositories as they are now (scanned in a worker thread)."""
-        return await asyncio.to_thread(scan_repositories, self.manager.repositories)
+        """The repositories as they are now (scanned in a worker thread, after the mirrors
+        of remote ones are brought up to date)."""
+        return await asyncio.to_thread(self._scan)
+
+    def _scan(self) -> dict[str, ModelFingerprint]:
+        try:
+            self.manager.sync_mirrors()
+        except InferenceServerError as exc:  # serve what was mirrored; try at the next poll
+            log.error("%s; serving what was mirrored before", exc.message)
+        return scan_repositories(self.manager.repositories)
 
     async def baseline(self) -> None:
         """Remember the repositories as they are before the start-up load, so that a change
