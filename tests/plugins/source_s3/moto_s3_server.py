@@ -79,7 +79,11 @@ class MotoS3Server:
                 self.stop()
                 raise RuntimeError(f"moto.server did not answer within {READY_TIMEOUT_S} s")
             time.sleep(0.1)
-        self._make_user()
+        try:
+            self._make_user()
+        except BaseException:
+            self.stop()
+            raise
         return self
 
     def _answers(self) -> bool:
