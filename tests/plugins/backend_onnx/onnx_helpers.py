@@ -41,6 +41,21 @@ ONNX_TYPES = {
 }
 
 
+#: the configuration of :func:`add_sub_model` (config.pbtxt)
+ADD_SUB_CONFIG = """
+platform: "onnxruntime_onnx"
+max_batch_size: 0
+input [
+  { name: "INPUT0" data_type: TYPE_FP32 dims: [ 4 ] },
+  { name: "INPUT1" data_type: TYPE_FP32 dims: [ 4 ] }
+]
+output [
+  { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 4 ] },
+  { name: "OUTPUT1" data_type: TYPE_FP32 dims: [ 4 ] }
+]
+"""
+
+
 def _model(nodes: list[onnx.NodeProto], inputs: list[onnx.ValueInfoProto],
            outputs: list[onnx.ValueInfoProto], initializers: list[onnx.TensorProto] | None = None,
            name: str = "test") -> onnx.ModelProto:

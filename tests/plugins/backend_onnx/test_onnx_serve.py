@@ -10,6 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pytest
 from onnx_helpers import (
+    ADD_SUB_CONFIG,
     add_sub_model,
     as_bytes,
     as_text,
@@ -27,19 +28,6 @@ from tritonclient.utils import InferenceServerException
 from naiad.testing import naiad_server
 
 PROTOCOLS = ["http", "grpc"]
-
-ADD_SUB_CONFIG = """
-platform: "onnxruntime_onnx"
-max_batch_size: 0
-input [
-  { name: "INPUT0" data_type: TYPE_FP32 dims: [ 4 ] },
-  { name: "INPUT1" data_type: TYPE_FP32 dims: [ 4 ] }
-]
-output [
-  { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 4 ] },
-  { name: "OUTPUT1" data_type: TYPE_FP32 dims: [ 4 ] }
-]
-"""
 
 # Batches wait up to half a second for company, so concurrent requests share one execution.
 MLP_CONFIG = """

@@ -282,7 +282,7 @@ class Doubling(InferenceClient):
 
     def load(self, name: str, config: str = "", files: dict[str, bytes] | None = None
              ) -> Future[None]:
-        self.controls.append(("load", name, config, sorted(files or ())))
+        self.controls.append(("load", name, config, dict(files or {})))
         return self._control(name)
 
     def unload(self, name: str, unload_dependents: bool = False) -> Future[None]:
@@ -411,17 +411,26 @@ def test_load_and_unload_model_ask_the_server(load):
         pb_utils.load_model("double", config='{"max_batch_size": 0}')
         pb_utils.unload_model("double", unload_dependents=True)
         try:
-            pb_utils.load_model("other", files={"1/model.py": b"x"})
+            pb_utils.load_model("other", files={"file:1/model.py": b"x",
+                                                "file:1/data.bin": bytearray(range(256))})
         except pb_utils.TritonModelException as exc:
             assert "failed to load 'other'" in exc.message(), exc.message()
         else:
             raise AssertionError("a failed load raised nothing")
+        try:
+            pb_utils.load_model("other", "{}", files={"file:1/model.py": "text, not bytes"})
+        except pb_utils.TritonModelException as exc:
+            assert "maps 'file:<path>' names to bytes" in exc.message(), exc.message()
+        else:
+            raise AssertionError("files of str were sent")
         return [pb_utils.InferenceResponse([pb_utils.Tensor("OUT", np.array([1], np.int32))])]
 """
     assert run_bls(load, body, np.zeros(1, np.int32), server).tolist() == [1]
-    assert server.controls == [("load", "double", '{"max_batch_size": 0}', []),
+    # The files' contents reach the server whole, in both execution modes.
+    assert server.controls == [("load", "double", '{"max_batch_size": 0}', {}),
                                ("unload", "double", True),
-                               ("load", "other", "", ["1/model.py"])]
+                               ("load", "other", "", {"file:1/model.py": b"x",
+                                                      "file:1/data.bin": bytes(range(256))})]
 
 
 @pytest.mark.parametrize("execution_mode", ["isolated"])

@@ -68,7 +68,7 @@ class ServerCalls:
                 str(message.get("name", "")), _version(message.get("version")))
             self._answer(number, {"ready": ready})
         elif op in ("load_model", "unload_model"):
-            self._control(number, message)
+            self._control(number, message, payload)
         else:
             try:
                 answer = self.handlers[str(op)](message)
@@ -79,7 +79,7 @@ class ServerCalls:
             if number is not None:
                 self._answer(number, answer or {})
 
-    def _control(self, number: Any, message: dict) -> None:
+    def _control(self, number: Any, message: dict, payload: memoryview) -> None:
         """Load or unload a model (on the loop, where model control runs); the answer
         goes when it is done, without holding the loop meanwhile."""
         name = str(message.get("name", ""))
@@ -87,8 +87,12 @@ class ServerCalls:
             self._answer(number, {"error": f"{message['op']} needs a server"})
             return
         if message["op"] == "load_model":
-            # The file names alone: the server refuses files in a load request anyway.
-            files = {str(key): b"" for key in message.get("files") or ()}
+            try:
+                files = _load_files(message.get("files") or (), payload)
+            except (TypeError, ValueError) as exc:
+                self._answer(number, {"error": f"failed to load '{name}': the worker's "
+                                               f"files could not be read: {exc}"})
+                return
             done = self.server.load(name, str(message.get("config") or ""), files or None)
         else:
             done = self.server.unload(name, bool(message.get("unload_dependents")))
@@ -158,6 +162,21 @@ class ServerCalls:
             running, self._running = list(self._running.values()), {}
         for cancellation in running:
             cancellation.cancel()
+
+
+def _load_files(entries: Any, payload: memoryview) -> dict[str, bytes]:
+    """A ``load_model`` message's files: its ``[name, size]`` pairs, the contents one after
+    the other in the payload."""
+    files: dict[str, bytes] = {}
+    offset = 0
+    for name, size in entries:
+        if not isinstance(name, str) or not isinstance(size, int) or size < 0:
+            raise ValueError(f"a file entry is [name, size], got {[name, size]!r}")
+        if offset + size > len(payload):
+            raise ValueError(f"file {name!r} ends past the message ({len(payload)} bytes)")
+        files[name] = bytes(payload[offset:offset + size])
+        offset += size
+    return files
 
 
 _OWN = frozenset({"infer", "cancel_call", "model_ready", "load_model", "unload_model"})

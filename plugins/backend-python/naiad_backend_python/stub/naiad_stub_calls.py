@@ -12,8 +12,9 @@ Messages to the server:
   the last with ``final`` true;
 - ``cancel_call``: the model cancelled a BLS call (``ResponseIterator.cancel``);
 - ``model_ready``: ``name``, ``version`` -> ``answer`` with ``ready``;
-- ``load_model`` (``name``, ``config``, ``files``: their names) and ``unload_model``
-  (``name``, ``unload_dependents``) -> ``answer`` with ``error`` (None when it worked);
+- ``load_model`` (``name``, ``config``, ``files``: ``[name, size]`` pairs, the contents in
+  the payload in that order) and ``unload_model`` (``name``, ``unload_dependents``) ->
+  ``answer`` with ``error`` (None when it worked);
 - any other question a module of the worker asks through :func:`request` (custom metrics).
 
 Only the standard library and numpy: this runs in the model's own Python.
@@ -66,8 +67,9 @@ class ServerLink:
         self.connection.send(dict(header, call=number), buffers, fds)
         return number
 
-    def request(self, header: Dict[str, Any]) -> Dict[str, Any]:
-        """Send a question and wait for its one answer (from any thread but the reader)."""
+    def request(self, header: Dict[str, Any], buffers: Any = ()) -> Dict[str, Any]:
+        """Send a question (its payload: ``buffers``) and wait for its one answer (from any
+        thread but the reader)."""
         answered = threading.Event()
         box: List[Dict[str, Any]] = []
 
@@ -75,7 +77,7 @@ class ServerLink:
             box.append(answer)
             answered.set()
 
-        self.ask(header, on_answer)
+        self.ask(header, on_answer, buffers)
         answered.wait()
         return box[0]
 
@@ -128,8 +130,12 @@ class WorkerCalls(pb_utils._ModelCalls):
 
     def load_model(self, model_name: str, config: str, files: Optional[Dict[str, bytes]]
                    ) -> Optional[str]:
-        answer = self.link.request({"op": "load_model", "name": model_name, "config": config,
-                                    "files": sorted(files or ())})
+        # The files' contents follow the header, in the order of its (name, size) pairs.
+        contents = list((files or {}).items())
+        answer = self.link.request(
+            {"op": "load_model", "name": model_name, "config": config,
+             "files": [[key, len(content)] for key, content in contents]},
+            [memoryview(content) for _, content in contents])
         return answer.get("error")
 
     def unload_model(self, model_name: str, unload_dependents: bool) -> Optional[str]:

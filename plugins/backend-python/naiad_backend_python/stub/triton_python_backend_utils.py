@@ -980,8 +980,21 @@ def load_model(model_name: str, config: str = "", files: dict[str, bytes] | None
     """Load (or reload) the server's model ``model_name``, ``config`` (JSON) overriding its
     config.pbtxt, as the repository API does: the server must run with
     ``--model-control-mode=explicit``. Raises :class:`TritonModelException` saying why it
-    failed. ``files`` (a model's files in the request) are refused: naiad loads models from
-    the repository only."""
+    failed.
+
+    ``files`` deploys a model that is not in the repository: ``{"file:1/model.onnx":
+    content}``, each key a ``file:`` path inside the model folder and each value the file's
+    bytes, ``config`` its configuration (required then). The server writes them into a
+    private folder and loads the model from there; a later load without files reads the
+    repository again."""
+    if files:
+        for key, content in files.items():
+            if not isinstance(key, str) or not isinstance(content, (bytes, bytearray,
+                                                                     memoryview)):
+                raise TritonModelException(
+                    f"load_model('{model_name}'): files maps 'file:<path>' names to bytes; "
+                    f"got {type(key).__name__} -> {type(content).__name__}")
+        files = {key: bytes(content) for key, content in files.items()}
     error = _model_calls().load_model(model_name, config, files)
     if error is not None:
         raise TritonModelException(error)
