@@ -39,6 +39,7 @@ from naiad.frontends.forwarding import header_forwarder
 from naiad.frontends.grpc.codec import ResponseEncoder, decode_request, params_to_dict
 from naiad.frontends.grpc.stream import Stream
 from naiad.frontends.restrictions import GRPCRequirement, Restriction, grpc_requirements
+from naiad.models.staging import file_parameters
 from naiad.server import answer
 from naiad.shm import cuda_register, cuda_status, cuda_unregister
 from naiad.tracing.exchange import grpc_exchange, grpc_handled
@@ -243,8 +244,13 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
             raise invalid_arg(f"failed to load '{request.model_name}': the 'config' "
                               f"parameter must be a string_param holding the JSON "
                               f"model configuration")
-        files = {k: v for k, v in params.items() if k.startswith("file:")}
-        await self.server.load_model(request.model_name, config, files)
+        files: dict[str, bytes] = {}
+        for key, value in file_parameters(params).items():
+            if not isinstance(value, bytes):  # Triton's words, and the model's name
+                raise invalid_arg(f"invalid value type for load parameter {key!r}, expected "
+                                  f"bytes_param (model '{request.model_name}')")
+            files[key] = value
+        await self.server.load_model(request.model_name, config, files or None)
         return pb.RepositoryModelLoadResponse()
 
     @_on_loop

@@ -15,6 +15,8 @@ before the method, as tritonserver does); an unrestricted one does no extra work
 from __future__ import annotations
 
 import asyncio
+import base64
+import binascii
 import functools
 import logging
 from concurrent.futures import Future
@@ -41,6 +43,7 @@ from naiad.frontends.restrictions import (
     http_requirements,
 )
 from naiad.futures import LoopWaiter
+from naiad.models.staging import file_parameters
 from naiad.server import InferenceServer, answer
 from naiad.shm import cuda_register, cuda_status, cuda_unregister
 from naiad.tracing.exchange import traced_http_call
@@ -221,8 +224,11 @@ class HTTPFrontend:
                     return  # the client hung up; there is nobody to answer
             else:
                 response = await waiter.wait(future)
+            # The version that ran it (request.model_version): the one found above, or the
+            # one serving in its place when that one retired meanwhile (server._enter).
             payload, json_length = encode_response(request, answer(request, response),
-                                                   model.version, server.shared_memory)
+                                                   request.model_version,
+                                                   server.shared_memory)
         except InferenceServerError as exc:
             await _send(send, http_status(exc), error_body(exc.message), None, None)
             return
@@ -365,8 +371,16 @@ class HTTPFrontend:
         try:
             doc = await self._json_body(request)
             params = doc.get("parameters") or {}
+            if not isinstance(params, dict):
+                raise invalid_arg(f"failed to load '{name}': 'parameters' must be a JSON "
+                                  f"object")
             config = params.get("config")
-            files = {k: v for k, v in params.items() if k.startswith("file:")}
+            if config is not None and not isinstance(config, str):
+                raise invalid_arg(f"failed to load '{name}': the 'config' parameter must be "
+                                  f"a string holding the JSON model configuration")
+            sent = file_parameters(params)
+            # base64, decoded off the loop: a model may be tens of megabytes
+            files = await asyncio.to_thread(_decode_files, name, sent) if sent else None
             await self.server.load_model(name, config, files)
         except InferenceServerError as exc:
             return _error(exc)
@@ -474,3 +488,19 @@ async def _send(send: Any, status: int, body: bytes, json_length: int | None,
         headers.append((b"content-encoding", encoding.encode()))
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})
+
+
+def _decode_files(model: str, files: dict[str, object]) -> dict[str, bytes]:
+    """The ``file:`` parameters of an HTTP load request: base64 strings, decoded strictly
+    (an invalid one is refused naming its parameter, rather than loading garbage)."""
+    decoded = {}
+    for key, value in files.items():
+        if not isinstance(value, str):
+            raise invalid_arg(f"failed to load '{model}': load parameter {key!r} must be a "
+                              f"string holding the file's content in base64")
+        try:
+            decoded[key] = base64.b64decode(value, validate=True)
+        except (binascii.Error, ValueError) as exc:
+            raise invalid_arg(f"failed to load '{model}': load parameter {key!r} is not "
+                              f"valid base64: {exc}") from None
+    return decoded
