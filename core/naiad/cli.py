@@ -15,10 +15,11 @@ from naiad.frontends.forwarding import compile_pattern
 from naiad.frontends.grpc.options import COMPRESSION_LEVELS, GRPCOptions
 from naiad.frontends.restrictions import parse_restrictions
 from naiad.metrics_config import MetricsConfig, parse_metrics_config
+from naiad.models.staging import DEFAULT_MAX_BYTES
 from naiad.plugins import installed_plugins
 from naiad.repository.mirror import MirrorSettings
 from naiad.serve import HTTP_SERVERS, Listeners, run
-from naiad.server import MIB, ServerOptions
+from naiad.server_options import MIB, ServerOptions
 from naiad.tracing import DeprecatedFlags, TraceConfig, parse_trace_config
 from naiad.tracing.otel import check_installed as check_opentelemetry_installed
 
@@ -135,6 +136,15 @@ def build_parser() -> argparse.ArgumentParser:
     repo.add_argument("--max-instances-per-model", type=int, default=64, metavar="N",
                       help="the most instances one model version may have; a larger "
                            "instance_group fails to load (naiad only; default 64)")
+    repo.add_argument("--load-files-directory", default="", metavar="PATH",
+                      help="where models deployed through the load API (file: parameters) "
+                           "are written, each load in a private folder removed when no "
+                           "version uses it, all at shutdown (naiad only; default: the "
+                           "system's temporary directory)")
+    repo.add_argument("--load-files-max-size", type=int, default=DEFAULT_MAX_BYTES,
+                      metavar="BYTES",
+                      help="the most bytes the file: parameters of one load request may "
+                           "hold; 0 refuses every such load (naiad only; default 1 GiB)")
 
     net = serve.add_argument_group("listeners")
     _add_flag(net, "--allow-http", True, "serve HTTP/REST")
@@ -281,6 +291,8 @@ def _options(args: argparse.Namespace) -> tuple[ServerOptions, Listeners]:
         plugins_allowed=args.plugin,
         plugins_blocked=args.block_plugin,
         max_input_size=args.http_max_input_size,
+        load_files_directory=args.load_files_directory,
+        load_files_max_size=args.load_files_max_size,
         freeze_heap=True,
         server_id=args.server_id,
         model_config_name=args.model_config_name,
@@ -377,6 +389,8 @@ def _check(args: argparse.Namespace) -> list[str]:
             problems.append(f"--{flag.replace('_', '-')} must be at least 1")
     if args.model_load_retry_count < 0:
         problems.append("--model-load-retry-count must not be negative")
+    if args.load_files_max_size < 0:
+        problems.append("--load-files-max-size must not be negative")
     for flag in ("repository_cache_max_bytes", "repository_download_threads"):
         if getattr(args, flag) < 1:
             problems.append(f"--{flag.replace('_', '-')} must be at least 1")

@@ -15,30 +15,27 @@ import gc
 import logging
 import threading
 import time
-from collections.abc import Coroutine
 from concurrent.futures import Future
-from dataclasses import dataclass, field
-from typing import Any
 
 from tritonclient.grpc.model_config_pb2 import DataType
 
 from naiad import __version__
 from naiad.datatypes import config_to_datatype
-from naiad.errors import InferenceServerError, Status, invalid_arg, unavailable, unsupported
-from naiad.futures import LightFuture
+from naiad.errors import InferenceServerError, Status, invalid_arg, unavailable
 from naiad.histogram import Histogram
-from naiad.metrics_config import MetricsConfig
 from naiad.models.manager import LoadOptions, ModelManager, ModelVersion
 from naiad.models.poller import RepositoryPoller
+from naiad.models.staging import ModelStaging
 from naiad.plugins import PluginManager
-from naiad.repository.mirror import MirrorSettings, local_folders
+from naiad.repository.mirror import local_folders
 from naiad.repository.scan import scheme_of
 from naiad.response_cache import ServerCache
+from naiad.server_models import ServerModels
+from naiad.server_options import ServerOptions
 from naiad.shm import SharedMemoryRegistry
-from naiad.tracing import TraceConfig, TraceManager
+from naiad.tracing import TraceManager
 from naiad.tracing.trace import RequestTrace
 from naiad.types import (
-    InferenceClient,
     InferenceRequest,
     InferenceResponse,
     ResponseCallback,
@@ -47,7 +44,6 @@ from naiad.types import (
 
 log = logging.getLogger("naiad.server")
 
-MIB = 1024 * 1024
 NS_PER_MS = 1_000_000
 _SHUTTING_DOWN = "the server is shutting down and accepts no new requests"
 # How often shutdown looks whether the requests in flight have finished.
@@ -74,50 +70,6 @@ EXTENSIONS = [
     "trace",
     "logging",
 ]
-
-
-@dataclass
-class ServerOptions:
-    """Every setting of the server, with Triton's flag names and defaults."""
-
-    model_repositories: list[str] = field(default_factory=list)
-    strict_model_config: bool = False
-    disable_auto_complete_config: bool = False
-    exit_on_error: bool = True
-    exit_timeout_secs: int = 30
-    # naiad only: the most instances one model version may have (processes or threads).
-    max_instances_per_model: int = 64
-    strict_readiness: bool = True
-    model_control_mode: str = "none"
-    load_models: list[str] = field(default_factory=list)
-    backend_config: dict[str, dict[str, str]] = field(default_factory=dict)
-    plugins_allowed: list[str] = field(default_factory=list)
-    plugins_blocked: list[str] = field(default_factory=list)
-    # Triton's --http-max-input-size: the largest request body, after decompression.
-    max_input_size: int = 64 * MIB
-    # naiad only (``naiad serve`` sets it): keep what the models loaded out of the garbage
-    # collector's full passes, see InferenceServer.settle_heap.
-    freeze_heap: bool = False
-    # --id: the server's name in its metadata (Triton's default is "triton").
-    server_id: str = "naiad"
-    # --model-config-name: load <model>/configs/<name>.pbtxt where it exists.
-    model_config_name: str = ""
-    # Models loaded at once, and how often a failed load is tried again.
-    model_load_thread_count: int = 4
-    model_load_retry_count: int = 0
-    # Where and how remote repositories (s3://, gs://, as://) are mirrored.
-    repository_mirror: MirrorSettings = field(default_factory=MirrorSettings)
-    # --model-control-mode=poll: seconds between two scans of the repositories.
-    repository_poll_secs: int = 15
-    # --metrics-config: which latency metrics are recorded (counters, summaries, naiad's
-    # histograms, the first-response histogram) and how (naiad.metrics_config).
-    metrics: MetricsConfig = field(default_factory=MetricsConfig)
-    # --cache-config NAME,KEY=VALUE: the response cache's plugin name and its settings
-    # ("" for none; models enable it with response_cache { enable: true }).
-    cache_name: str = ""
-    cache_settings: dict[str, str] = field(default_factory=dict)
-    # --trace-config (and the older --trace-* flags): request tracing (naiad.tracing).
-    trace: TraceConfig = field(default_factory=TraceConfig)
 
 
 class InferenceServer:
@@ -148,6 +100,9 @@ class InferenceServer:
             self.poller = RepositoryPoller(self.models, options.repository_poll_secs,
                                            after_change=self.settle_heap)
         self.shared_memory = SharedMemoryRegistry()
+        #: the private folders of models deployed with their files (the load API)
+        self.staging = ModelStaging(options.load_files_directory, options.load_files_max_size)
+        self._staging_sweeps: set[asyncio.Task[None]] = set()
         #: the response cache (``--cache-config``), None without one
         self.cache: ServerCache | None = None
         if options.cache_name:
@@ -247,6 +202,9 @@ class InferenceServer:
         if self.cache is not None:
             self.cache.close()
         self.tracing.close()
+        for sweep in self._staging_sweeps:
+            sweep.cancel()
+        self.staging.close()
         for repository in self.repositories:
             repository.close()
         self.live = False
@@ -294,7 +252,7 @@ class InferenceServer:
         response, for :func:`answer`. ``future.cancel()`` withdraws a request the
         scheduler still holds (see :attr:`Scheduler.holds_requests`), and so does
         cancelling ``request.cancellation``. Not for decoupled models: see :meth:`stream`."""
-        return self._submit(model, request)
+        return self._submit(self._enter(model, request), request)
 
     def stream(self, model: ModelVersion, request: InferenceRequest,
                on_response: ResponseCallback, internal: bool = False
@@ -309,10 +267,12 @@ class InferenceServer:
         The future is the scheduler's (``cancel()`` withdraws a queued request, which then
         ends with a CANCELLED error); its result is not a response to send. ``internal``:
         a model calls another (BLS), which goes on while the server drains."""
+        model = self._enter(model, request, internal)
         if not model.decoupled:
             future = self._submit(model, request, internal)
             future.add_done_callback(lambda done: on_response(_outcome(request, done), True))
             return future
+        gate = model.gate
         if model.first_response is not None:  # histogram_latencies: nothing to do otherwise
             on_response = _timing_first_response(model.first_response, request, on_response)
 
@@ -324,14 +284,20 @@ class InferenceServer:
             finally:
                 if final:
                     self._leave()
+                    gate.leave()
 
         sender = request.sender = ResponseSender(deliver)
-        trace = self._admit(model, request, internal)
+        try:
+            trace = self._admit(model, request, internal)
+        except BaseException:
+            gate.leave()
+            raise
         try:
             future = model.scheduler.submit(request)
         except BaseException:
             request.sender = None
             self._leave()
+            gate.leave()
             if trace is not None:
                 trace.abandon()
             raise
@@ -342,19 +308,45 @@ class InferenceServer:
             request.cancellation.on_cancel(future.cancel)
         return future
 
+    def _enter(self, model: ModelVersion, request: InferenceRequest,
+               internal: bool = False) -> ModelVersion:
+        """Enter the gate of ``model``, or of the version serving in its place when
+        ``model`` retired since the request looked it up (:mod:`naiad.models.gate`): the
+        version that runs the request, which must leave its gate when the request is over."""
+        while not model.gate.enter():
+            if not (self.accepting or (internal and self.live)):
+                raise unavailable(_SHUTTING_DOWN)  # what retired it was the shutdown
+            # A model's own call (BLS) carries the version it asked for (-1: the latest);
+            # a frontend's carries the version it found.
+            replacement = self.models.replacement(model, latest=request.model_version <= 0)
+            if replacement is model or replacement.decoupled != model.decoupled:
+                raise unavailable(f"model '{model.name}' changed version while the request "
+                                  f"arrived (now version {replacement.version}); send it again")
+            model = replacement
+            if request.model_version > 0:
+                request.model_version = model.version
+        return model
+
     def _submit(self, model: ModelVersion, request: InferenceRequest,
                 internal: bool = False) -> Future[InferenceResponse]:
-        """:meth:`infer`; ``internal``: a model's call to another (admitted while the
-        server drains)."""
-        trace = self._admit(model, request, internal)
+        """:meth:`infer` of a request that entered ``model``'s gate (it leaves it here);
+        ``internal``: a model's call to another (admitted while the server drains)."""
+        gate = model.gate
+        try:
+            trace = self._admit(model, request, internal)
+        except BaseException:
+            gate.leave()
+            raise
         try:
             future = model.scheduler.submit(request)
         except BaseException:
             self._leave()
+            gate.leave()
             if trace is not None:
                 trace.abandon()
             raise
         future.add_done_callback(self._left)
+        future.add_done_callback(gate.leave)
         if trace is not None:
             trace.watch(request, future)
         if request.cancellation is not None:
@@ -462,26 +454,58 @@ class InferenceServer:
 
     async def load_model(self, name: str, config: str | None = None,
                          files: dict[str, bytes] | None = None) -> None:
+        """Load (or reload) model ``name`` from the repositories, ``config`` (JSON)
+        overriding its configuration; or, with ``files`` (``file:<path>`` -> content), from
+        a private folder holding just those files, ``config`` being its configuration
+        (required then, as in Triton). A failed load leaves what served serving."""
         self._check_control()
+        folder = None
         if files:
-            raise invalid_arg(f"failed to load '{name}': loading model files through the "
-                              f"request is not supported")
+            if config is None:
+                raise invalid_arg(f"failed to load '{name}': the 'config' parameter is "
+                                  f"required with file parameters (it is the configuration "
+                                  f"of the model the files make up)")
+            folder = await asyncio.to_thread(self.staging.stage, name, files)
         try:
-            await self._sync_mirrors([name])
-            await self.models.load(name, config)
+            if folder is None:
+                await self._sync_mirrors([name])
+            await self.models.load(name, config, folder=folder)
         except InferenceServerError as exc:
             if exc.status in (Status.NOT_FOUND, Status.INVALID_ARG):
                 raise
             # The request was fine; the model is not: Triton answers 400 here.
             raise invalid_arg(f"load failed for model '{name}': {exc.message}") from None
         finally:
+            if folder is not None:
+                self.staging.done(folder)
+            await self._remove_unused_staging()
             self.settle_heap()
+
+    async def _remove_unused_staging(self) -> None:
+        """Delete the staged files of deployed models that no version uses: neither one that
+        serves nor one still unloading (looked at again once those are unloaded)."""
+        retiring = self.models.retirements.versions
+        in_use = [version.context.model_dir for version in retiring]
+        in_use += [version.context.model_dir for record in list(self.models.models.values())
+                   for version in list(record.versions.values())]
+        unused = self.staging.unused(folder for folder in in_use if folder is not None)
+        if unused:
+            await asyncio.to_thread(self.staging.remove, unused)
+        if any(self.staging.holds(version.context.model_dir) for version in retiring):
+            sweep = asyncio.get_running_loop().create_task(self._sweep_after_retirements())
+            self._staging_sweeps.add(sweep)
+            sweep.add_done_callback(self._staging_sweeps.discard)
+
+    async def _sweep_after_retirements(self) -> None:
+        await self.models.retirements.wait()
+        await self._remove_unused_staging()
 
     async def unload_model(self, name: str) -> None:
         self._check_control()
         try:
             await self.models.unload(name)
         finally:
+            await self._remove_unused_staging()
             self.settle_heap()
 
 
@@ -546,79 +570,6 @@ def _end_stream(request: InferenceRequest, sender: ResponseSender,
     request_error = _outcome(request, done).error
     if request_error is not None:
         sender.fail(request_error)
-
-
-class ServerModels(InferenceClient):
-    """The server's models as models call them (``ModelContext.server``, for BLS)."""
-
-    def __init__(self, server: InferenceServer) -> None:
-        self.server = server
-
-    def _model(self, request: InferenceRequest) -> ModelVersion:
-        version = request.model_version
-        return self.server.model(request.model_name, str(version) if version > 0 else "")
-
-    def infer(self, request: InferenceRequest) -> Future[InferenceResponse]:
-        future: Future[InferenceResponse] = LightFuture(running=True)
-
-        def collect(response: InferenceResponse | None, final: bool) -> None:
-            if final:
-                future.set_result(response or InferenceResponse())
-
-        try:
-            model = self._model(request)
-            if model.decoupled:
-                # Triton's message: its callers here are models' BLS calls.
-                raise unsupported(
-                    f"Model '{model.name}' is using the decoupled. The current BLS request "
-                    f"call doesn't support models using the decoupled transaction policy. "
-                    f"Please use 'decoupled=True' argument to the 'exec' or 'async_exec' "
-                    f"calls for decoupled models.'")
-            self._start(model, request, collect)
-        except InferenceServerError as exc:
-            future.set_result(InferenceResponse(error=exc))
-        return future
-
-    def stream(self, request: InferenceRequest, on_response: ResponseCallback) -> None:
-        try:
-            self._start(self._model(request), request, on_response)
-        except InferenceServerError as exc:
-            on_response(InferenceResponse(error=exc), True)
-
-    def _start(self, model: ModelVersion, request: InferenceRequest,
-               on_response: ResponseCallback) -> None:
-        """Run a model's call. One made with the trace of the request it serves (the caller
-        set ``request.trace`` to it: Triton's ``InferenceRequest(trace=request.trace())``)
-        is traced as that trace's child."""
-        parent = request.trace
-        trace = request.trace = None if parent is None else parent.child(model, request)
-        try:
-            future = self.server.stream(model, request, on_response, internal=True)
-        except BaseException:
-            if trace is not None:
-                trace.abandon()
-            raise
-        if trace is not None:
-            trace.watch(request, future)
-
-    def is_ready(self, name: str, version: int = -1) -> bool:
-        return self.server.models.is_ready(name, str(version) if version > 0 else "")
-
-    def load(self, name: str, config: str = "", files: dict[str, bytes] | None = None
-             ) -> Future[None]:
-        return self._on_loop(self.server.load_model(name, config or None, files))
-
-    def unload(self, name: str, unload_dependents: bool = False) -> Future[None]:
-        return self._on_loop(self.server.unload_model(name))
-
-    def _on_loop(self, work: Coroutine[Any, Any, None]) -> Future[None]:
-        loop = self.server.loop
-        if loop is None:
-            work.close()
-            future: Future[None] = Future()
-            future.set_exception(unavailable("the server is not running"))
-            return future
-        return asyncio.run_coroutine_threadsafe(work, loop)
 
 
 def _type_name(value: int) -> str:

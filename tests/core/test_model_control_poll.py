@@ -174,9 +174,11 @@ def test_a_new_version_folder_follows_the_version_policy(setup, client):
     wait_until(lambda: client.get_model_metadata("versions_latest")["versions"] == ["2"],
                "'versions_latest' serving version 2 only", server)
     assert not client.is_model_ready("versions_latest", "1")
-    assert index_of(client, "versions_latest") == [
+    # UNLOADING until version 1 has drained and closed, then unloaded (as in Triton)
+    wait_until(lambda: index_of(client, "versions_latest") == [
         {"name": "versions_latest", "version": "1", "state": "UNAVAILABLE", "reason": "unloaded"},
-        {"name": "versions_latest", "version": "2", "state": "READY"}]
+        {"name": "versions_latest", "version": "2", "state": "READY"}],
+        "version 1 of 'versions_latest' listed as unloaded", server)
     result = identity(client, "versions_latest", data)
     assert result.get_response()["model_version"] == "2"
 
@@ -186,9 +188,10 @@ def test_a_new_version_folder_follows_the_version_policy(setup, client):
                "version 2 of 'versions_all' unloaded", server)
     assert identity(client, "versions_all", data).get_response()["model_version"] == "1"
     assert inits(stamps, "versions_all", 1) == 1
-    assert index_of(client, "versions_all") == [
+    wait_until(lambda: index_of(client, "versions_all") == [
         {"name": "versions_all", "version": "1", "state": "READY"},
-        {"name": "versions_all", "version": "2", "state": "UNAVAILABLE", "reason": "unloaded"}]
+        {"name": "versions_all", "version": "2", "state": "UNAVAILABLE", "reason": "unloaded"}],
+        "version 2 of 'versions_all' listed as unloaded", server)
 
 
 def test_a_broken_config_keeps_the_previous_version_serving(setup, client):

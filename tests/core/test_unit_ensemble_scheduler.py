@@ -19,6 +19,7 @@ from test_unit_ensemble_plan import ensemble, model, step, steps
 
 from naiad.errors import InferenceServerError, Status, not_found
 from naiad.futures import LoopWaiter
+from naiad.models.gate import VersionGate
 from naiad.scheduling.base import Scheduler, SchedulingContext
 from naiad.scheduling.default import DefaultScheduler
 from naiad.scheduling.dynamic import DynamicBatcher
@@ -95,7 +96,7 @@ class Models:
         scheduler = on_loop(self.loop, lambda: kind(context))  # type: ignore[call-arg]
         self.served[name] = SimpleNamespace(name=name, version=1, scheduler=scheduler,
                                             signature=model(name, "IN:FP32", "OUT:FP32"),
-                                            decoupled=False)
+                                            decoupled=False, gate=VersionGate())
 
     def lookup(self, name: str, version: str) -> SimpleNamespace:
         if name not in self.served:

@@ -139,6 +139,9 @@ class FakeManager:
         self.calls: list[tuple[str, object]] = []
         self.failing: set[str] = set()
 
+    def sync_mirrors(self) -> None:
+        """No remote repositories here: nothing to mirror."""
+
     async def unload(self, name: str) -> None:
         self.calls.append(("unload", name))
 

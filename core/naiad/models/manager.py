@@ -26,8 +26,10 @@ from naiad.distributions import distributions_for
 from naiad.errors import InferenceServerError, Status, invalid_arg, not_found, unavailable
 from naiad.histogram import Histogram
 from naiad.metrics_config import MetricsConfig
+from naiad.models.gate import VersionGate
 from naiad.models.instances import expand_instance_groups
 from naiad.models.loader import load_version, stop_workers
+from naiad.models.retire import Retirements
 from naiad.models.signature import ModelSignature
 from naiad.plugins import PluginManager
 from naiad.repository.fingerprint import ModelFingerprint, model_fingerprint
@@ -73,6 +75,9 @@ class ModelVersion:
     first_response: Histogram | None = None
     #: the version's custom metrics (``ModelContext.metrics``), deleted when it unloads
     metrics: ModelMetrics | None = None
+    #: admission: requests enter before they reach the scheduler and leave when they are
+    #: over; closed when the version retires (see :mod:`naiad.models.gate`)
+    gate: VersionGate = field(default_factory=VersionGate)
 
 
 @dataclass(slots=True)
@@ -135,6 +140,8 @@ class ModelManager:
         self._waiting: dict[str, str] = {}
         # model -> the ensembles that unloading it unloaded, to load again when it loads
         self._unloaded_with: dict[str, set[str]] = {}
+        # versions replaced or unloaded, on their way out once their requests are done
+        self.retirements = Retirements(on_unloaded=self._unloaded)
         #: what models that call other models (BLS) get (set by the server)
         self.client: InferenceClient | None = None
         #: where models' custom metrics live (each version gets its view)
@@ -167,11 +174,29 @@ class ModelManager:
         if found is None:
             state = record.states.get(number)
             if state is not None and state[0] != READY:
-                raise not_found(f"Request for unknown model: '{name}' version {number} is not "
-                                f"available ({state[1]})")
+                # Triton's answer (UNAVAILABLE) for a version loading, unloading, unloaded
+                # or failed; naiad adds the reason.
+                raise unavailable(f"Request for unknown model: '{name}' version {number} is "
+                                  f"not at ready state" + (f" ({state[1]})" if state[1] else ""))
             raise not_found(f"Request for unknown model: '{name}' version {number} is not "
                             f"found (serving versions: {sorted(record.versions) or 'none'})")
         return found
+
+    def replacement(self, retired: ModelVersion, latest: bool = False) -> ModelVersion:
+        """The version serving now in place of ``retired``, for a request that found
+        ``retired`` just before it retired and reached its gate just after (see
+        :mod:`naiad.models.gate`): the latest version when the request asked for the
+        latest (``latest``); else the same version number loaded again; else, when
+        ``retired`` was the model's latest, the latest now (the request looked up the
+        latest, or the version that was the latest until then). Raises what a request for
+        it would get now when nothing serves in its place (the model or version unloaded)."""
+        if not latest:
+            try:
+                return self.get(retired.name, str(retired.version))
+            except InferenceServerError:
+                if not retired.gate.was_latest:
+                    raise
+        return self.get(retired.name)
 
     def is_ready(self, name: str, version: str = "") -> bool:
         """Whether the version serves and every instance of it can run requests now (an
@@ -184,12 +209,14 @@ class ModelManager:
                    for worker in model.context.workers)
 
     def abort_all(self) -> None:
-        """Stop every instance's work in flight at once (see ``ModelInstance.abort``)."""
-        for record in list(self.models.values()):
-            for version in list(record.versions.values()):
-                for worker in version.context.workers:
-                    if worker.instance is not None:
-                        worker.instance.abort()
+        """Stop every instance's work in flight at once (see ``ModelInstance.abort``), the
+        instances of versions retired and not unloaded yet included."""
+        versions = [version for record in list(self.models.values())
+                    for version in list(record.versions.values())]
+        for version in versions + self.retirements.versions:
+            for worker in version.context.workers:
+                if worker.instance is not None:
+                    worker.instance.abort()
 
     # --- the repository ---------------------------------------------------------------
 
@@ -260,13 +287,16 @@ class ModelManager:
         return await self.load_many(list(self.discover()))
 
     async def load(self, name: str, config_override: str | None = None, *,
-                   reuse_unchanged: bool = False) -> None:
+                   reuse_unchanged: bool = False, folder: Path | None = None) -> None:
         """(Re)load model ``name``; new versions serve before old ones are retired.
         Raises an error naming the model when the load fails (the record keeps the reason).
 
         ``reuse_unchanged`` keeps serving a version whose files and configuration are the
-        same as when it loaded, instead of loading it again (poll mode, as Triton)."""
-        await self._load(name, config_override, reuse_unchanged, once=False)
+        same as when it loaded, instead of loading it again (poll mode, as Triton).
+        ``folder``: load from this model folder instead of the repositories' (a model
+        deployed through the load API, :mod:`naiad.models.staging`); the next load without
+        it reads the repositories again, as in Triton."""
+        await self._load(name, config_override, reuse_unchanged, once=False, folder=folder)
         await self._reload_dependents(name)
 
     async def load_many(self, names: Iterable[str], *, reuse_unchanged: bool = False
@@ -293,7 +323,7 @@ class ModelManager:
         return failed
 
     async def _load(self, name: str, config_override: str | None, reuse: bool,
-                    once: bool) -> None:
+                    once: bool, folder: Path | None = None) -> None:
         lock = self._locks.setdefault(name, asyncio.Lock())
         async with lock:
             batch = _BATCH.get()
@@ -305,15 +335,14 @@ class ModelManager:
                     raise unavailable(reason or f"model '{name}' failed to load")
                 return
             try:
-                await self._load_locked(name, config_override, reuse)
+                await self._load_locked(name, config_override, reuse, folder)
             finally:
                 if batch is not None:
                     batch.add(name)
 
     async def _load_locked(self, name: str, config_override: str | None,
-                           reuse: bool = False) -> None:
-        folders = self.discover()
-        path = folders.get(name)
+                           reuse: bool = False, folder: Path | None = None) -> None:
+        path = folder or self.discover().get(name)
         if path is None:
             record = self.models.get(name)
             if record is not None and record.states.get(None, ("",))[0] == UNAVAILABLE:
@@ -368,7 +397,9 @@ class ModelManager:
             record.latest = record.versions[max(record.versions)]
         self._install(name, record, old)
         if old is not None:
-            await self._retire(old, keep=record)
+            # Not waited for: the load is done once the new versions serve (as in Triton);
+            # the ones they replace unload when their requests are done.
+            self._retire(old, keep=record)
         if errors:
             raise errors[0]
 
@@ -412,10 +443,14 @@ class ModelManager:
                 for version in old.versions:
                     record.states.setdefault(version, (READY, ""))
             # A version that served before and is not loaded now (its folder was removed,
-            # or the version policy moved on) stays listed as unloaded, as in Triton.
+            # or the version policy moved on) is listed as unloading while its requests
+            # finish, then as unloaded, as in Triton.
             for version, (state, reason) in old.states.items():
-                if version is not None and version not in record.states \
-                        and (state == READY or reason == "unloaded"):
+                if version is None or version in record.states:
+                    continue
+                if state in (READY, UNLOADING):
+                    record.states[version] = (UNLOADING, "")
+                elif reason == "unloaded":
                     record.states[version] = (UNAVAILABLE, "unloaded")
         self.models[name] = record
 
@@ -446,9 +481,11 @@ class ModelManager:
             if record is None or not record.versions:
                 return
             unloaded = ModelRecord(name, record.path, states={
-                v: (UNAVAILABLE, "unloaded") for v in (record.versions or [None])})
+                v: (UNLOADING, "") for v in record.versions})
             self.models[name] = unloaded
-            await self._retire(record, keep=None)
+            retiring = self._retire(record, keep=None)
+            if retiring is not None:  # an unload returns once the model is unloaded
+                await asyncio.shield(retiring)
             log.info("unloaded model '%s'", name)
 
     def _ensembles_calling(self, name: str) -> list[str]:
@@ -473,20 +510,27 @@ class ModelManager:
             await self._reload_dependents(ensemble)
 
     async def unload_all(self) -> None:
+        """Unload every model, and wait for the versions retired before to unload too."""
         for name in list(self.models):
             record = self.models[name]
             if record.versions:
                 await self.unload(name)
+        await self.retirements.wait()
 
-    async def _retire(self, record: ModelRecord, keep: ModelRecord | None) -> None:
-        """Drain and close the versions of ``record`` that ``keep`` does not serve."""
-        for version, loaded in record.versions.items():
-            if keep is not None and keep.versions.get(version) is loaded:
-                continue
-            await loaded.scheduler.drain()
-            await stop_workers(loaded.context.workers)
-            if loaded.metrics is not None:  # after finalize, which may still update them
-                loaded.metrics.close()
+    def _retire(self, record: ModelRecord, keep: ModelRecord | None
+                ) -> asyncio.Task[None] | None:
+        """Retire the versions of ``record`` that ``keep`` (installed already) does not
+        serve: closed to new requests now, unloaded once idle (:mod:`naiad.models.retire`)."""
+        leaving = [loaded for number, loaded in record.versions.items()
+                   if keep is None or keep.versions.get(number) is not loaded]
+        return self.retirements.retire(leaving, latest=record.latest)
+
+    def _unloaded(self, version: ModelVersion) -> None:
+        """A retired version is unloaded: listed so, unless that version number serves
+        again meanwhile."""
+        record = self.models.get(version.name)
+        if record is not None and record.states.get(version.version, ("",))[0] == UNLOADING:
+            record.states[version.version] = (UNAVAILABLE, "unloaded")
 
     # --- loading ------------------------------------------------------------------------
 

@@ -86,9 +86,13 @@ class EnsembleScheduler(Scheduler):
 
     def _step_request(self, step: EnsembleStep, request: InferenceRequest,
                      tensors: dict[str, Tensor]) -> tuple[ModelVersion, InferenceRequest]:
-        """The step's model and the request for it, checked against the model."""
+        """The step's model and the request for it, checked against the model. The step
+        has entered the model's gate (:mod:`naiad.models.gate`) and must leave it when it is
+        over; a version that retired since the lookup is looked up again."""
         try:
             model = self.lookup(step.model_name, step.model_version)
+            while not model.gate.enter():
+                model = self.lookup(step.model_name, step.model_version)
         except InferenceServerError as exc:
             raise self._step_error(step, exc) from None
         inputs = {}
@@ -104,6 +108,7 @@ class EnsembleScheduler(Scheduler):
         try:
             model.signature.check(step_request)
         except InferenceServerError as exc:
+            model.gate.leave()
             raise self._step_error(step, exc) from None
         if request.trace is not None:  # a traced request: each step is a child trace
             step_request.trace = request.trace.child(model, step_request)
@@ -170,10 +175,12 @@ class _Run:
                 # closing instance refuses a whole batch at once), whose callbacks take it.
                 future = model.scheduler.submit(step_request)
             except InferenceServerError as exc:
+                model.gate.leave()
                 if step_request.trace is not None:
                     step_request.trace.abandon()
                 self._fail(scheduler._step_error(step, exc))
                 return
+            future.add_done_callback(model.gate.leave)
             if step_request.trace is not None:  # first: the step's trace ends before it
                 step_request.trace.watch(step_request, future)
             with self.lock:

@@ -1,6 +1,6 @@
 """Helpers for testing naiad and its plugins: real server processes and a conformance kit
 (``naiad.testing.conformance``: import it from tests; it needs pytest, serving does not)."""
 
-from naiad.testing.server import ServerProcess, free_port, naiad_server
+from naiad.testing.server import ServerProcess, free_port, naiad_server, stop_process
 
-__all__ = ["ServerProcess", "free_port", "naiad_server"]
+__all__ = ["ServerProcess", "free_port", "naiad_server", "stop_process"]

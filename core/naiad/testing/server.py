@@ -28,6 +28,20 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def stop_process(process: subprocess.Popen[bytes] | None,
+                 timeout: float = 20 * SECONDS) -> None:
+    """Stop a process a test started (an emulator, a helper server): SIGTERM to its PID,
+    SIGKILL if it is still there after ``timeout`` seconds. Nothing if it has ended."""
+    if process is None or process.poll() is not None:
+        return
+    process.send_signal(signal.SIGTERM)
+    try:
+        process.wait(timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait(timeout)
+
+
 class ServerProcess:
     """A server started as ``cmd`` (a list; ``{http_port}``-style placeholders are filled).
 

@@ -25,7 +25,7 @@ from naiad.testing import naiad_server
 # A package name no server environment has: the test writes it into the model's environment.
 LOCAL_PACKAGE = "naiad_envtest_only_here"
 # A small package from PyPI that the server's environment lacks (checked below).
-PYPI_PACKAGE = "six"
+PYPI_PACKAGE = "termcolor"
 
 WHO_PY = """
 import json
@@ -159,7 +159,7 @@ def test_a_worker_runs_another_python_than_the_server(tmp_path: Path) -> None:
 
 def test_requirements_txt_is_built_once_and_reused_on_the_next_start(tmp_path: Path) -> None:
     repo = tmp_path / "repo"
-    model_dir = write_model(repo, "needs_six", who_config("needs_six"),
+    model_dir = write_model(repo, "needs_termcolor", who_config("needs_termcolor"),
                             WHO_PY.format(package=PYPI_PACKAGE))
     (model_dir / "requirements.txt").write_text(f"{PYPI_PACKAGE}\n")
     write_model(repo, "broken_requirements", who_config("broken_requirements"),
@@ -170,9 +170,9 @@ def test_requirements_txt_is_built_once_and_reused_on_the_next_start(tmp_path: P
     args = ("--model-repository", str(repo), "--backend-config", f"python,env-cache-dir={cache}",
             "--exit-on-error=false", "--strict-readiness=false")
     with naiad_server(*args, ready_timeout=600) as server:
-        if "No matching distribution found for six" in server.log():
+        if "No matching distribution found for termcolor" in server.log():
             pytest.skip("PyPI is not reachable from this machine")
-        for info in ask(server, "needs_six"):
+        for info in ask(server, "needs_termcolor"):
             assert info["package"].startswith(str(cache))
         first_log = server.log()
         index = httpclient.InferenceServerClient(server.http_url).get_model_repository_index()
@@ -182,8 +182,8 @@ def test_requirements_txt_is_built_once_and_reused_on_the_next_start(tmp_path: P
         assert "naiad-no-such-package-xyz" in broken["reason"]
     assert "building a Python environment" in first_log
     with naiad_server(*args) as server:
-        for info in ask(server, "needs_six"):
+        for info in ask(server, "needs_termcolor"):
             assert info["package"].startswith(str(cache))
         second_log = server.log()
-    assert "model 'needs_six': reusing" in second_log
-    assert "model 'needs_six': building" not in second_log
+    assert "model 'needs_termcolor': reusing" in second_log
+    assert "model 'needs_termcolor': building" not in second_log

@@ -4,7 +4,6 @@ tests: started and stopped by PID, restartable on the same port, optionally with
 from __future__ import annotations
 
 import shutil
-import signal
 import subprocess
 import time
 from collections.abc import Sequence
@@ -15,7 +14,7 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from naiad.testing.server import free_port
+from naiad.testing.server import free_port, stop_process
 
 SECONDS = 1.0
 # How long redis-server may take to answer its first PING (it usually takes milliseconds).
@@ -89,14 +88,7 @@ class RedisServer:
 
     def stop(self) -> None:
         """Stop this redis-server (SIGTERM to its PID, SIGKILL if it lingers)."""
-        if self.process is None or self.process.poll() is not None:
-            return
-        self.process.send_signal(signal.SIGTERM)
-        try:
-            self.process.wait(STOP_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait(STOP_TIMEOUT_S)
+        stop_process(self.process, STOP_TIMEOUT_S)
 
     def settings(self, **extra: str) -> dict[str, str]:
         """``--cache-config redis,...`` settings that reach this server."""

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import subprocess
 import time
 import uuid
@@ -18,7 +17,7 @@ import pytest
 from azure.core.exceptions import AzureError
 from azure.storage.blob import BlobServiceClient, ContainerClient, LinearRetry
 
-from naiad.testing.server import free_port
+from naiad.testing.server import free_port, stop_process
 
 SECONDS = 1.0
 # How long Azurite may take to answer its first call (it usually takes about a second).
@@ -106,14 +105,7 @@ class Azurite:
 
     def stop(self) -> None:
         """Stop this Azurite (SIGTERM to its PID, SIGKILL if it lingers)."""
-        if self.process is None or self.process.poll() is not None:
-            return
-        self.process.send_signal(signal.SIGTERM)
-        try:
-            self.process.wait(STOP_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait(STOP_TIMEOUT_S)
+        stop_process(self.process, STOP_TIMEOUT_S)
 
     @contextmanager
     def container(self) -> Iterator[ContainerClient]:

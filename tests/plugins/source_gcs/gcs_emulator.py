@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import http.client
 import importlib.util
-import signal
 import subprocess
 import sys
 import time
@@ -15,7 +14,7 @@ import pytest
 from google.auth.credentials import AnonymousCredentials
 from google.cloud import storage
 
-from naiad.testing.server import free_port
+from naiad.testing.server import free_port, stop_process
 
 SECONDS = 1.0
 # How long the emulator may take to answer its first request (it usually takes a second).
@@ -77,14 +76,7 @@ class GcsEmulator:
 
     def stop(self) -> None:
         """SIGTERM to its PID, SIGKILL if it lingers."""
-        if self.process is None or self.process.poll() is not None:
-            return
-        self.process.send_signal(signal.SIGTERM)
-        try:
-            self.process.wait(STOP_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait(STOP_TIMEOUT_S)
+        stop_process(self.process, STOP_TIMEOUT_S)
 
 
 def uploader_client(endpoint: str) -> storage.Client:

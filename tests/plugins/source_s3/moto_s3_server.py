@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import signal
 import subprocess
 import sys
 import time
@@ -20,7 +19,7 @@ import boto3
 import pytest
 from botocore.config import Config
 
-from naiad.testing.server import free_port
+from naiad.testing.server import free_port, stop_process
 
 SECONDS = 1.0
 # How long moto may take to answer its first request (importing moto takes seconds).
@@ -110,11 +109,4 @@ class MotoS3Server:
 
     def stop(self) -> None:
         """Stop this moto.server (SIGTERM to its PID, SIGKILL if it lingers)."""
-        if self.process is None or self.process.poll() is not None:
-            return
-        self.process.send_signal(signal.SIGTERM)
-        try:
-            self.process.wait(STOP_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait(STOP_TIMEOUT_S)
+        stop_process(self.process, STOP_TIMEOUT_S)

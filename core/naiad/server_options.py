@@ -1,0 +1,62 @@
+"""Every setting of the server (:class:`ServerOptions`), with Triton's flag names and
+defaults; ``naiad serve`` fills it from the command line (naiad.cli)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from naiad.metrics_config import MetricsConfig
+from naiad.models.staging import DEFAULT_MAX_BYTES
+from naiad.repository.mirror import MirrorSettings
+from naiad.tracing import TraceConfig
+
+MIB = 1024 * 1024
+
+
+@dataclass
+class ServerOptions:
+    """Every setting of the server, with Triton's flag names and defaults."""
+
+    model_repositories: list[str] = field(default_factory=list)
+    strict_model_config: bool = False
+    disable_auto_complete_config: bool = False
+    exit_on_error: bool = True
+    exit_timeout_secs: int = 30
+    # naiad only: the most instances one model version may have (processes or threads).
+    max_instances_per_model: int = 64
+    strict_readiness: bool = True
+    model_control_mode: str = "none"
+    load_models: list[str] = field(default_factory=list)
+    backend_config: dict[str, dict[str, str]] = field(default_factory=dict)
+    plugins_allowed: list[str] = field(default_factory=list)
+    plugins_blocked: list[str] = field(default_factory=list)
+    # Triton's --http-max-input-size: the largest request body, after decompression.
+    max_input_size: int = 64 * MIB
+    # naiad only: models deployed through the load API (``file:`` parameters) are written
+    # under this directory ("": the system's temporary directory), at most this many bytes
+    # per load request (naiad.models.staging).
+    load_files_directory: str = ""
+    load_files_max_size: int = DEFAULT_MAX_BYTES
+    # naiad only (``naiad serve`` sets it): keep what the models loaded out of the garbage
+    # collector's full passes, see InferenceServer.settle_heap.
+    freeze_heap: bool = False
+    # --id: the server's name in its metadata (Triton's default is "triton").
+    server_id: str = "naiad"
+    # --model-config-name: load <model>/configs/<name>.pbtxt where it exists.
+    model_config_name: str = ""
+    # Models loaded at once, and how often a failed load is tried again.
+    model_load_thread_count: int = 4
+    model_load_retry_count: int = 0
+    # Where and how remote repositories (s3://, gs://, as://) are mirrored.
+    repository_mirror: MirrorSettings = field(default_factory=MirrorSettings)
+    # --model-control-mode=poll: seconds between two scans of the repositories.
+    repository_poll_secs: int = 15
+    # --metrics-config: which latency metrics are recorded (counters, summaries, naiad's
+    # histograms, the first-response histogram) and how (naiad.metrics_config).
+    metrics: MetricsConfig = field(default_factory=MetricsConfig)
+    # --cache-config NAME,KEY=VALUE: the response cache's plugin name and its settings
+    # ("" for none; models enable it with response_cache { enable: true }).
+    cache_name: str = ""
+    cache_settings: dict[str, str] = field(default_factory=dict)
+    # --trace-config (and the older --trace-* flags): request tracing (naiad.tracing).
+    trace: TraceConfig = field(default_factory=TraceConfig)
