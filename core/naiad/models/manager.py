@@ -16,16 +16,14 @@ from pathlib import Path
 from google.protobuf import json_format
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
-from naiad.config.defaults import fill_defaults
-from naiad.config.parse import load_config_file
-from naiad.config.platforms import ENSEMBLE, resolve_backend
+from naiad.config.platforms import ENSEMBLE
 from naiad.config.render import config_to_json
-from naiad.config.validate import validate_config
 from naiad.custom_metrics import CustomMetrics, ModelMetrics
 from naiad.distributions import distributions_for
 from naiad.errors import InferenceServerError, Status, invalid_arg, not_found, unavailable
 from naiad.histogram import Histogram
 from naiad.metrics_config import MetricsConfig
+from naiad.models.configure import configure
 from naiad.models.gate import VersionGate
 from naiad.models.instances import expand_instance_groups
 from naiad.models.loader import load_version, stop_workers
@@ -539,49 +537,8 @@ class ModelManager:
         # The fingerprint first: a change made while the configuration is read then shows
         # as a difference at the next poll instead of going unnoticed.
         fingerprint = model_fingerprint(path) if self.options.track_files else None
-        config, filled = self._configure(name, path, override)
+        config, filled = configure(name, path, override, self.options, self.plugins)
         return config, filled, fingerprint
-
-    def _configure(self, name: str, path: Path, override: str | None
-                   ) -> tuple[ModelConfig, list[str]]:
-        """Read, auto-complete, default and validate a model's config (in a worker thread)."""
-        options = self.options
-        if override is not None:
-            config = ModelConfig()
-            try:
-                json_format.Parse(override, config)
-            except json_format.ParseError as exc:
-                raise invalid_arg(f"model '{name}': the config override is not a valid "
-                                  f"model configuration: {exc}") from None
-        else:
-            config = load_config_file(path, options.config_name)
-            if config is None:
-                if options.strict_model_config or options.disable_auto_complete_config:
-                    raise invalid_arg(
-                        f"model '{name}' has no config.pbtxt in {path}; one is required with "
-                        f"--strict-model-config=true or --disable-auto-complete-config")
-                config = ModelConfig()
-        before = {f.name for f, _ in config.ListFields()}
-        if not config.name:
-            config.name = name
-        backend_name = resolve_backend(config, name, path)
-        if backend_name == ENSEMBLE:
-            fill_defaults(config, name)
-            validate_config(config, name)
-            return config, sorted({f.name for f, _ in config.ListFields()} - before)
-        backend = self.plugins.backend(backend_name, options.settings_for(backend_name))
-        if not options.strict_model_config and not options.disable_auto_complete_config:
-            try:
-                backend.auto_complete_config(config, path)
-            except InferenceServerError:
-                raise
-            except Exception as exc:
-                raise invalid_arg(f"model '{name}': auto-complete of the configuration "
-                                  f"failed: {type(exc).__name__}: {exc}") from exc
-        fill_defaults(config, name)
-        validate_config(config, name)
-        filled = sorted({f.name for f, _ in config.ListFields()} - before)
-        return config, filled
 
     def _unchanged(self, old: ModelRecord | None, version: int, config: ModelConfig,
                    config_json: dict, fingerprint: ModelFingerprint | None

@@ -1,0 +1,63 @@
+"""A model's configuration as a version loads with it: config.pbtxt (or a load request's
+JSON override) read, auto-completed by its backend, Triton's defaults filled in, checked."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from google.protobuf import json_format
+from tritonclient.grpc.model_config_pb2 import ModelConfig
+
+from naiad.config.defaults import fill_defaults
+from naiad.config.parse import load_config_file
+from naiad.config.platforms import ENSEMBLE, resolve_backend
+from naiad.config.validate import validate_config
+from naiad.errors import InferenceServerError, invalid_arg
+
+if TYPE_CHECKING:
+    from naiad.models.manager import LoadOptions
+    from naiad.plugins import PluginManager
+
+
+def configure(name: str, path: Path, override: str | None, options: LoadOptions,
+              plugins: PluginManager) -> tuple[ModelConfig, list[str]]:
+    """Read, auto-complete, default and validate the config of model ``name`` in ``path``
+    (``override``: a JSON config given with a load request instead of config.pbtxt), in a
+    worker thread. Returns it and the top-level fields that were filled in."""
+    if override is not None:
+        config = ModelConfig()
+        try:
+            json_format.Parse(override, config)
+        except json_format.ParseError as exc:
+            raise invalid_arg(f"model '{name}': the config override is not a valid "
+                              f"model configuration: {exc}") from None
+    else:
+        config = load_config_file(path, options.config_name)
+        if config is None:
+            if options.strict_model_config or options.disable_auto_complete_config:
+                raise invalid_arg(
+                    f"model '{name}' has no config.pbtxt in {path}; one is required with "
+                    f"--strict-model-config=true or --disable-auto-complete-config")
+            config = ModelConfig()
+    before = {f.name for f, _ in config.ListFields()}
+    if not config.name:
+        config.name = name
+    backend_name = resolve_backend(config, name, path)
+    if backend_name == ENSEMBLE:
+        fill_defaults(config, name)
+        validate_config(config, name)
+        return config, sorted({f.name for f, _ in config.ListFields()} - before)
+    backend = plugins.backend(backend_name, options.settings_for(backend_name))
+    if not options.strict_model_config and not options.disable_auto_complete_config:
+        try:
+            backend.auto_complete_config(config, path)
+        except InferenceServerError:
+            raise
+        except Exception as exc:
+            raise invalid_arg(f"model '{name}': auto-complete of the configuration "
+                              f"failed: {type(exc).__name__}: {exc}") from exc
+    fill_defaults(config, name)
+    validate_config(config, name)
+    filled = sorted({f.name for f, _ in config.ListFields()} - before)
+    return config, filled
