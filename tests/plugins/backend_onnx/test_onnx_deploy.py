@@ -102,13 +102,18 @@ def client(server: ServerProcess, protocol: str) -> Any:
 
 def staged(base: Path) -> dict[str, set[str]]:
     """Model name -> the files staged for it now (relative to its model folder), over every
-    load folder under the staging directory."""
-    found: dict[str, set[str]] = {}
-    for model_dir in (base / "staging").glob("naiad-staging-*/load-*/*"):
-        found.setdefault(model_dir.name, set()).update(
-            str(path.relative_to(model_dir)) for path in model_dir.rglob("*")
-            if path.is_file())
-    return found
+    load folder under the staging directory. The server removes load folders on its own
+    threads: one that vanishes while it is read is listed again."""
+    while True:
+        found: dict[str, set[str]] = {}
+        try:
+            for model_dir in (base / "staging").glob("naiad-staging-*/load-*/*"):
+                found.setdefault(model_dir.name, set()).update(
+                    str(path.relative_to(model_dir)) for path in model_dir.rglob("*")
+                    if path.is_file())
+        except FileNotFoundError:
+            continue
+        return found
 
 
 def gone_from_staging(base: Path, name: str) -> bool:
