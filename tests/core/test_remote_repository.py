@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from loop_thread import loop_in_thread
 from zoo import ADD_SUB_CONFIG, ADD_SUB_PY, write_model
 
 import naiad
@@ -56,13 +57,8 @@ class Source(RepositorySource):
 
 @pytest.fixture(scope="module")
 def loop() -> Iterator[asyncio.AbstractEventLoop]:
-    loop = asyncio.new_event_loop()
-    thread = threading.Thread(target=loop.run_forever, daemon=True)
-    thread.start()
-    yield loop
-    loop.call_soon_threadsafe(loop.stop)
-    thread.join(WAIT_S)
-    loop.close()
+    with loop_in_thread() as loop:
+        yield loop
 
 
 def serve(loop: asyncio.AbstractEventLoop, bucket: Path, cache: Path, mode: str,

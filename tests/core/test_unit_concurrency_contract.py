@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import pytest
 from google.protobuf import text_format
+from loop_thread import loop_in_thread
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 from zoo import ADD_SUB_CONFIG, ADD_SUB_PY, SLOW_PY, identity_config, write_model
 
@@ -77,15 +78,8 @@ def request_of(x: np.ndarray) -> InferenceRequest:
 @pytest.fixture
 def loop() -> Iterator[asyncio.AbstractEventLoop]:
     """An event loop running on its own thread."""
-    loop = asyncio.new_event_loop()
-    thread = threading.Thread(target=loop.run_forever, daemon=True)
-    thread.start()
-    try:
+    with loop_in_thread() as loop:
         yield loop
-    finally:
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(WAIT_S)
-        loop.close()
 
 
 def on_loop(loop: asyncio.AbstractEventLoop, fn: Callable[[], Any]) -> Any:

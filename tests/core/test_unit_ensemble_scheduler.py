@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 import tritonclient.grpc.model_config_pb2 as mc
 from google.protobuf import text_format
+from loop_thread import loop_in_thread
 from test_unit_ensemble_plan import ensemble, model, step, steps
 
 from naiad.errors import InferenceServerError, Status, not_found
@@ -57,15 +58,8 @@ class Elementwise(ModelInstance):
 
 @pytest.fixture
 def loop() -> Iterator[asyncio.AbstractEventLoop]:
-    loop = asyncio.new_event_loop()
-    thread = threading.Thread(target=loop.run_forever, daemon=True)
-    thread.start()
-    try:
+    with loop_in_thread() as loop:
         yield loop
-    finally:
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(WAIT_S)
-        loop.close()
 
 
 def on_loop(loop: asyncio.AbstractEventLoop, fn: Callable[[], Any]) -> Any:

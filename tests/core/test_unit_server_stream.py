@@ -13,6 +13,7 @@ from collections.abc import Iterator
 
 import numpy as np
 import pytest
+from loop_thread import loop_in_thread
 from zoo import ADD_SUB_CONFIG, ADD_SUB_PY, write_model
 
 from naiad.errors import InferenceServerError, Status
@@ -69,13 +70,8 @@ class TritonPythonModel:
 
 @pytest.fixture(scope="module")
 def loop() -> Iterator[asyncio.AbstractEventLoop]:
-    loop = asyncio.new_event_loop()
-    thread = threading.Thread(target=loop.run_forever, daemon=True)
-    thread.start()
-    yield loop
-    loop.call_soon_threadsafe(loop.stop)
-    thread.join(WAIT_S)
-    loop.close()
+    with loop_in_thread() as loop:
+        yield loop
 
 
 @pytest.fixture(scope="module")

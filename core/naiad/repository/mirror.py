@@ -96,8 +96,7 @@ class RepositoryMirror:
                 and (wanted is None or m in wanted)]
         for model in gone:
             self._remove(model)
-        self.store.evict(digest for _, digests in self._mirrored.values()
-                         for digest in digests)
+        self.store.evict(self.in_use())
 
     def in_use(self) -> set[str]:
         """The digests the mirrored model folders link to."""
@@ -111,7 +110,7 @@ class RepositoryMirror:
         except InferenceServerError:
             raise
         except Exception as exc:  # a plugin's own error: one line, naming the URI
-            raise unreachable(self.uri, exc) from exc
+            raise _unreachable(self.uri, exc) from exc
 
     def _list(self, models: list[str] | None) -> dict[str, ModelListing]:
         files: list[RepositoryFile] = []
@@ -221,7 +220,7 @@ def _link_or_copy(blob: Path, target: Path) -> None:
         shutil.copyfile(blob, target)
 
 
-def unreachable(uri: str, exc: BaseException) -> InferenceServerError:
+def _unreachable(uri: str, exc: BaseException) -> InferenceServerError:
     """A listing that failed with something other than naiad's own error."""
     return unavailable(f"model repository '{uri}' cannot be listed: "
                        f"{type(exc).__name__}: {exc}")
