@@ -7,15 +7,13 @@ naming the URI and the cause."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import time
 from contextlib import AbstractContextManager
 from pathlib import Path
 
 import numpy as np
 import pytest
+import source_serving as serving
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from cryptography.hazmat.primitives import serialization
@@ -23,6 +21,7 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 from fake_gcs import FakeGcsServer
 from gcs_emulator import EXAMPLES, GcsEmulator, upload_tree, uploader_client
 from google.cloud.storage import Bucket
+from source_serving import add_sub_over_http
 
 from naiad.testing import ServerProcess, naiad_server
 from naiad.testing.server import free_port
@@ -31,7 +30,6 @@ SECONDS = 1.0
 POLL_S = 1
 # Safety nets for waits that end as soon as the server shows the change (not measures).
 CHANGE_TIMEOUT_S = 60 * SECONDS
-EXIT_TIMEOUT_S = 120 * SECONDS
 
 
 @pytest.fixture
@@ -48,19 +46,6 @@ def serve(bucket: Bucket, emulator: GcsEmulator, cache: Path,
     return naiad_server("--model-repository", f"gs://{bucket.name}/models",
                         "--repository-cache-dir", str(cache), *args,
                         env={"CLOUD_STORAGE_EMULATOR_ENDPOINT": emulator.url})
-
-
-def add_sub_over_http(server: ServerProcess, version: str = "") -> None:
-    a = np.arange(4, dtype=np.float32)
-    b = np.full(4, 2, dtype=np.float32)
-    inputs = [httpclient.InferInput("INPUT0", [4], "FP32"),
-              httpclient.InferInput("INPUT1", [4], "FP32")]
-    inputs[0].set_data_from_numpy(a)
-    inputs[1].set_data_from_numpy(b)
-    with httpclient.InferenceServerClient(server.http_url) as client:
-        result = client.infer("add_sub", inputs, model_version=version)
-    np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), a + b)
-    np.testing.assert_array_equal(result.as_numpy("OUTPUT1"), a - b)
 
 
 def test_serves_add_sub_from_the_bucket(add_sub_bucket: Bucket, gcs_emulator: GcsEmulator,
@@ -113,20 +98,8 @@ def test_explicit_mode_fetches_a_model_when_it_is_loaded(
 
 
 def start_up_failure(uri: str, cache: Path, env: dict[str, str]) -> str:
-    """What ``naiad serve`` prints when it cannot start with ``uri``; checks that it exits
-    with an error, prints no traceback, and names the URI."""
-    ports = []
-    for flag in ("--http-port", "--grpc-port", "--metrics-port"):
-        ports += [flag, str(free_port())]
-    finished = subprocess.run(
-        [sys.executable, "-m", "naiad", "serve", "--model-repository", uri,
-         "--repository-cache-dir", str(cache), "--http-address", "127.0.0.1",
-         "--grpc-address", "127.0.0.1", "--metrics-address", "127.0.0.1", *ports],
-        capture_output=True, text=True, timeout=EXIT_TIMEOUT_S,
-        env={**os.environ, **env})
-    output = finished.stdout + finished.stderr
-    assert finished.returncode != 0, output
-    assert "Traceback" not in output, output
+    """The shared check (an error, no traceback), and the line names the URI."""
+    output = serving.start_up_failure(uri, cache, env)
     assert f"'{uri}'" in output, output
     return output
 

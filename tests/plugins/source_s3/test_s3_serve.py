@@ -5,8 +5,6 @@ naming the URI and the cause."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from contextlib import AbstractContextManager
@@ -18,6 +16,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from moto_s3_server import MotoS3Server
 from s3_buckets import PREFIX, Bucket, add_sub_files, new_bucket_name
+from source_serving import add_sub_over_http, start_up_failure
 
 from naiad.testing import ServerProcess, naiad_server
 from naiad.testing.server import free_port
@@ -26,7 +25,6 @@ SECONDS = 1.0
 POLL_S = 1
 # Safety nets for waits that end as soon as the server shows the change (not measures).
 CHANGE_TIMEOUT_S = 60 * SECONDS
-EXIT_TIMEOUT_S = 120 * SECONDS
 
 
 @pytest.fixture
@@ -48,19 +46,6 @@ def serve(bucket: Bucket, cache: Path, *args: str) -> AbstractContextManager[Ser
     """``naiad serve`` on the bucket's repository, ready on entry, stopped on exit."""
     return naiad_server("--model-repository", bucket.uri, "--repository-cache-dir",
                         str(cache), *args)
-
-
-def add_sub_over_http(server: ServerProcess, version: str = "") -> None:
-    a = np.arange(4, dtype=np.float32)
-    b = np.full(4, 2, dtype=np.float32)
-    inputs = [httpclient.InferInput("INPUT0", [4], "FP32"),
-              httpclient.InferInput("INPUT1", [4], "FP32")]
-    inputs[0].set_data_from_numpy(a)
-    inputs[1].set_data_from_numpy(b)
-    with httpclient.InferenceServerClient(server.http_url) as client:
-        result = client.infer("add_sub", inputs, model_version=version)
-    np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), a + b)
-    np.testing.assert_array_equal(result.as_numpy("OUTPUT1"), a - b)
 
 
 def test_serves_add_sub_from_the_bucket(add_sub_bucket, tmp_path):
@@ -101,23 +86,6 @@ def test_explicit_mode_fetches_a_model_when_it_is_loaded(add_sub_bucket, tmp_pat
             client.load_model("add_sub")
             assert client.is_model_ready("add_sub", "2")
         add_sub_over_http(server, "2")
-
-
-def start_up_failure(uri: str, cache: Path) -> str:
-    """What ``naiad serve`` prints when it cannot start with ``uri``; checks that it exits
-    with an error and prints no traceback."""
-    ports = []
-    for flag in ("--http-port", "--grpc-port", "--metrics-port"):
-        ports += [flag, str(free_port())]
-    finished = subprocess.run(
-        [sys.executable, "-m", "naiad", "serve", "--model-repository", uri,
-         "--repository-cache-dir", str(cache), "--http-address", "127.0.0.1",
-         "--grpc-address", "127.0.0.1", "--metrics-address", "127.0.0.1", *ports],
-        capture_output=True, text=True, timeout=EXIT_TIMEOUT_S)
-    output = finished.stdout + finished.stderr
-    assert finished.returncode != 0, output
-    assert "Traceback" not in output, output
-    return output
 
 
 def test_wrong_credentials_stop_start_up_naming_the_uri(add_sub_bucket, tmp_path,
