@@ -163,6 +163,13 @@ def build_parser() -> argparse.ArgumentParser:
     net.add_argument("--http-max-input-size", type=int, default=64 * MIB, metavar="BYTES",
                      help="largest request accepted, after decompression, HTTP and gRPC "
                           "(default 64 MiB)")
+    net.add_argument("--max-response-size", type=int, default=128 * MIB, metavar="BYTES",
+                     help="largest inference response a frontend builds, HTTP (JSON and "
+                          "binary data together) and gRPC; a larger answer is refused "
+                          "(HTTP 413, gRPC RESOURCE_EXHAUSTED) naming the model, output and "
+                          "size: ask for binary or shared-memory outputs, or raise it "
+                          "(naiad only; default 128 MiB, the binary answer of an identity "
+                          "model to a 64 MiB input fits)")
     _add_flag(net, "--allow-grpc", True, "serve gRPC")
     net.add_argument("--grpc-address", default="0.0.0.0")
     net.add_argument("--grpc-port", type=int, default=8001)
@@ -291,6 +298,7 @@ def _options(args: argparse.Namespace) -> tuple[ServerOptions, Listeners]:
         plugins_allowed=args.plugin,
         plugins_blocked=args.block_plugin,
         max_input_size=args.http_max_input_size,
+        max_response_size=args.max_response_size,
         load_files_directory=args.load_files_directory,
         load_files_max_size=args.load_files_max_size,
         freeze_heap=True,
@@ -384,7 +392,8 @@ def _check(args: argparse.Namespace) -> list[str]:
         problems.append("--load-model=* must be the only --load-model")
     if " " in args.model_config_name:
         problems.append("--model-config-name must not contain spaces")
-    for flag in ("model_load_thread_count", "repository_poll_secs", "max_instances_per_model"):
+    for flag in ("model_load_thread_count", "repository_poll_secs", "max_instances_per_model",
+                 "max_response_size"):
         if getattr(args, flag) < 1:
             problems.append(f"--{flag.replace('_', '-')} must be at least 1")
     if args.model_load_retry_count < 0:

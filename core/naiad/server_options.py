@@ -32,6 +32,11 @@ class ServerOptions:
     plugins_blocked: list[str] = field(default_factory=list)
     # Triton's --http-max-input-size: the largest request body, after decompression.
     max_input_size: int = 64 * MIB
+    # naiad only (--max-response-size): the largest inference response body a frontend
+    # builds, in bytes (HTTP: JSON and binary data together; gRPC: the serialized
+    # message). A larger answer is refused with RESOURCE_EXHAUSTED naming the setting; the
+    # default lets a binary identity answer to a 64 MiB input through.
+    max_response_size: int = 128 * MIB
     # naiad only: models deployed through the load API (``file:`` parameters) are written
     # under this directory ("": the system's temporary directory), at most this many bytes
     # per load request (naiad.models.staging).
