@@ -19,7 +19,6 @@ from typing import TYPE_CHECKING
 import pluggy
 
 from naiad import hookspecs
-from naiad.config.platforms import BACKEND_DISTRIBUTIONS
 from naiad.errors import unavailable
 
 if TYPE_CHECKING:
@@ -48,10 +47,6 @@ PUBLIC_MODULES = (
     "naiad.types",
 )
 
-# The source plugin of each URI scheme naiad knows: distribution, folder in a checkout.
-SOURCE_DISTRIBUTIONS = {"s3": ("naiad-source-s3", "plugins/source-s3"),
-                        "gs": ("naiad-source-gcs", "plugins/source-gcs"),
-                        "as": ("naiad-source-azure", "plugins/source-azure")}
 
 # Plugins that ship inside the core, registered through the same hooks as any other.
 BUILTIN_PLUGINS = (
@@ -61,6 +56,58 @@ BUILTIN_PLUGINS = (
     "naiad.scheduling.ensemble",
     "naiad.scheduling.sequence",
 )
+
+
+@dataclass(frozen=True)
+class KnownPlugin:
+    """One of naiad's own plugin distributions: what an install hint names."""
+
+    #: the distribution's name on the package index
+    distribution: str
+    #: its folder in a naiad checkout
+    folder: str
+    #: the core's extra that pulls it: ``pip install 'naiad[EXTRA]'``
+    extra: str
+
+    def install_hint(self) -> str:
+        """How to install it, from the package index and from a checkout."""
+        return (f"install {self.distribution} from the package index (pip install "
+                f"{self.distribution}, or pip install 'naiad[{self.extra}]') or from a naiad "
+                f"checkout (pip install ./{self.folder})")
+
+
+#: naiad's plugin distributions by (kind, entry point name): the backend a config names, the
+#: cache ``--cache-config`` names, the URI scheme of ``--model-repository``. The core's
+#: pyproject has an extra for each (tests/packaging checks both agree).
+KNOWN_PLUGINS = {
+    ("backend", "python"): KnownPlugin("naiad-backend-python", "plugins/backend-python",
+                                       "python"),
+    ("backend", "onnxruntime"): KnownPlugin("naiad-backend-onnx", "plugins/backend-onnx", "onnx"),
+    ("backend", "pytorch"): KnownPlugin("naiad-backend-torch", "plugins/backend-torch", "torch"),
+    ("backend", "tensorrt"): KnownPlugin("naiad-backend-tensorrt", "plugins/backend-tensorrt",
+                                         "tensorrt"),
+    ("source", "s3"): KnownPlugin("naiad-source-s3", "plugins/source-s3", "s3"),
+    ("source", "gs"): KnownPlugin("naiad-source-gcs", "plugins/source-gcs", "gcs"),
+    ("source", "as"): KnownPlugin("naiad-source-azure", "plugins/source-azure", "azure"),
+    ("cache", "local"): KnownPlugin("naiad-cache-local", "plugins/cache-local", "local-cache"),
+    ("cache", "redis"): KnownPlugin("naiad-cache-redis", "plugins/cache-redis", "redis-cache"),
+}
+
+#: Triton backends naiad has no plugin for yet (docs/not-supported.md lists them).
+BACKENDS_WITHOUT_PLUGIN = ("tensorflow", "openvino", "fil", "dali", "vllm", "tensorrtllm")
+
+
+def install_hint(kind: str, name: str) -> str:
+    """What to install for the ``kind`` plugin (backend, cache, source) called ``name``."""
+    known = KNOWN_PLUGINS.get((kind, name))
+    if known is not None:
+        return known.install_hint()
+    provide = (f"a distribution with a '{ENTRY_POINT_GROUPS[kind]}' entry point named "
+               f"'{name}'")
+    if kind == "backend" and name in BACKENDS_WITHOUT_PLUGIN:
+        return (f"naiad has no '{name}' backend yet (docs/not-supported.md); {provide} "
+                f"would serve it")
+    return f"install {provide}"
 
 
 @dataclass(frozen=True)
@@ -170,10 +217,8 @@ class PluginManager:
         if found is None and self._load_entry_point("backend", name):
             found = self.pm.hook.naiad_backend(name=name, backend_config=backend_config)
         if found is None:
-            dist = BACKEND_DISTRIBUTIONS.get(name, f"a distribution with a 'naiad.backends' "
-                                                   f"entry point named '{name}'")
             raise unavailable(f"backend '{name}' is not installed or not permitted: "
-                              f"install it with 'pip install {dist}'")
+                              f"{install_hint('backend', name)}")
         self._backends[name] = found
         return found
 
@@ -188,11 +233,8 @@ class PluginManager:
         if found is None and self._load_entry_point("source", scheme):
             found = self.pm.hook.naiad_source(scheme=scheme)
         if found is None:
-            known = SOURCE_DISTRIBUTIONS.get(scheme)
-            how = (f"install {known[0]}: 'pip install ./{known[1]}' from a naiad checkout"
-                   if known else f"install a distribution with a 'naiad.sources' entry "
-                                 f"point named '{scheme}'")
-            raise unavailable(f"no repository source for '{scheme}://' is installed ({how})")
+            raise unavailable(f"no repository source for '{scheme}://' is installed or "
+                              f"permitted: {install_hint('source', scheme)}")
         return found  # type: ignore[no-any-return]
 
     def cache(self, name: str, settings: dict[str, str]) -> ResponseCache:
@@ -201,6 +243,6 @@ class PluginManager:
         if found is None and self._load_entry_point("cache", name):
             found = self.pm.hook.naiad_cache(name=name, settings=settings)
         if found is None:
-            raise unavailable(f"no response cache '{name}' is installed "
-                              f"(install the naiad-cache-{name} distribution)")
+            raise unavailable(f"no response cache '{name}' is installed or permitted: "
+                              f"{install_hint('cache', name)}")
         return found  # type: ignore[no-any-return]

@@ -8,7 +8,7 @@ import pytest
 from tritonclient.grpc.model_config_pb2 import DataType, ModelConfig
 
 from naiad.config.parse import load_config_file, parse_config_text
-from naiad.config.platforms import BACKEND_DISTRIBUTIONS, ENSEMBLE, resolve_backend
+from naiad.config.platforms import ENSEMBLE, resolve_backend
 from naiad.errors import InferenceServerError, Status
 
 GOOD = """
@@ -199,12 +199,3 @@ def test_backend_from_the_model_name_as_triton_does() -> None:
     config = ModelConfig()
     assert resolve_backend(config, "add.identity") == "identity"
     assert config.default_model_filename == "model.identity"
-
-
-def test_every_first_party_backend_has_a_distribution() -> None:
-    assert BACKEND_DISTRIBUTIONS == {
-        "onnxruntime": "naiad-backend-onnx",
-        "pytorch": "naiad-backend-torch",
-        "tensorrt": "naiad-backend-tensorrt",
-        "python": "naiad-backend-python",
-    }

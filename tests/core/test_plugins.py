@@ -84,6 +84,7 @@ def test_backend_not_installed_names_the_package(tmp_path):
             httpclient.InferenceServerClient(server.http_url) as client:
         index = {m["name"]: m for m in client.get_model_repository_index()}
         assert "pip install naiad-backend-onnx" in index["m"]["reason"]
+        assert "pip install ./plugins/backend-onnx" in index["m"]["reason"]
 
 
 def test_core_imports_no_framework():

@@ -15,9 +15,14 @@ import pluggy
 import pytest
 
 import naiad
-from naiad.config.platforms import BACKEND_DISTRIBUTIONS
 from naiad.errors import InferenceServerError, Status
-from naiad.plugins import ENTRY_POINT_GROUPS, PluginManager, installed_plugins
+from naiad.plugins import (
+    BACKENDS_WITHOUT_PLUGIN,
+    ENTRY_POINT_GROUPS,
+    KNOWN_PLUGINS,
+    PluginManager,
+    installed_plugins,
+)
 from naiad.repository.local import LocalRepository
 from naiad.types import Backend, ModelInstance, RepositorySource, ResponseCache
 
@@ -147,21 +152,50 @@ def test_builtin_plugins_serve_local_repositories(tmp_path):
 # --- not installed --------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("backend", "dist"), sorted(BACKEND_DISTRIBUTIONS.items()))
-def test_known_backend_not_installed_names_its_pip_package(installed, backend, dist):
-    unavailable(lambda: PluginManager().backend(backend, {}),
-                f"backend '{backend}'", "not installed", f"pip install {dist}")
+def test_every_first_party_backend_has_a_distribution():
+    backends = {name: plugin.distribution for (kind, name), plugin in KNOWN_PLUGINS.items()
+                if kind == "backend"}
+    assert backends == {"onnxruntime": "naiad-backend-onnx", "pytorch": "naiad-backend-torch",
+                        "tensorrt": "naiad-backend-tensorrt", "python": "naiad-backend-python"}
+
+
+def load_missing(pm: PluginManager, kind: str, name: str) -> None:
+    if kind == "backend":
+        pm.backend(name, {})
+    elif kind == "cache":
+        pm.cache(name, {})
+    else:
+        pm.source(name)
+
+
+@pytest.mark.parametrize(("kind", "name"), sorted(KNOWN_PLUGINS))
+def test_missing_first_party_plugin_says_how_to_install_it_both_ways(installed, kind, name):
+    plugin = KNOWN_PLUGINS[(kind, name)]
+    message = unavailable(lambda: load_missing(PluginManager(), kind, name), f"'{name}",
+                          "installed", f"pip install {plugin.distribution}",
+                          f"pip install 'naiad[{plugin.extra}]'",
+                          f"from a naiad checkout (pip install ./{plugin.folder})")
+    assert (Path(__file__).parents[2] / plugin.folder / "pyproject.toml").is_file(), message
 
 
 def test_unknown_backend_not_installed_names_the_entry_point_to_provide(installed):
-    unavailable(lambda: PluginManager().backend("mystery", {}),
-                "backend 'mystery'", "'naiad.backends' entry point named 'mystery'")
+    message = unavailable(lambda: PluginManager().backend("mystery", {}),
+                          "backend 'mystery'", "'naiad.backends' entry point named 'mystery'")
+    assert "pip install" not in message
 
 
-def test_missing_cache_and_source_name_their_distributions(installed):
+@pytest.mark.parametrize("backend", BACKENDS_WITHOUT_PLUGIN)
+def test_triton_backend_naiad_lacks_points_to_the_not_supported_list(installed, backend):
+    unavailable(lambda: PluginManager().backend(backend, {}), f"naiad has no '{backend}' "
+                "backend yet (docs/not-supported.md)", f"entry point named '{backend}'")
+
+
+def test_unknown_cache_and_source_name_the_entry_point_to_provide(installed):
     pm = PluginManager()
-    unavailable(lambda: pm.cache("local", {}), "'local'", "naiad-cache-local")
-    unavailable(lambda: pm.source("s3"), "'s3://'", "naiad-source-s3")
+    unavailable(lambda: pm.cache("memcached", {}), "'memcached'",
+                "'naiad.caches' entry point named 'memcached'")
+    unavailable(lambda: pm.source("hdfs"), "'hdfs://'",
+                "'naiad.sources' entry point named 'hdfs'")
 
 
 # --- entry points, allow and block lists ----------------------------------------------------
@@ -274,6 +308,7 @@ def test_real_python_backend_can_be_blocked():
     message = unavailable(lambda: PluginManager(block=["python"]).backend("python", {}),
                           "backend 'python'")
     assert "pip install naiad-backend-python" in message
+    assert "pip install ./plugins/backend-python" in message
 
 
 # --- broken plugins -------------------------------------------------------------------------

@@ -51,14 +51,6 @@ PLATFORM_MODEL_FILENAMES = {
     "tensorflow_graphdef": "model.graphdef",
 }
 
-BACKEND_DISTRIBUTIONS = {
-    "onnxruntime": "naiad-backend-onnx",
-    "pytorch": "naiad-backend-torch",
-    "tensorrt": "naiad-backend-tensorrt",
-    "python": "naiad-backend-python",
-}
-"""The pip distribution to suggest when a model names a backend that is not installed."""
-
 # Model files that identify a backend when the config names neither backend nor platform,
 # in the order Triton tries them; True means the entry must be a directory.
 _DETECT = (

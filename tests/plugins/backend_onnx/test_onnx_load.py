@@ -147,6 +147,7 @@ def test_a_backend_that_is_not_installed_names_its_package(tmp_path):
                       "--strict-readiness=false", "--block-plugin", "onnxruntime") as server:
         reason = reasons(server)["add_sub"]
     assert "pip install naiad-backend-onnx" in reason
+    assert "pip install 'naiad[onnx]'" in reason
     assert "onnxruntime" in reason
 
 
