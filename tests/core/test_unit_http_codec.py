@@ -172,7 +172,7 @@ def test_decode_binary_size_that_does_not_match_the_shape():
 def test_decode_binary_data_size_must_be_a_non_negative_integer(size):
     rejected({"inputs": [{"name": "A", "datatype": "FP32", "shape": [1],
                           "parameters": {"binary_data_size": size}}]},
-             "input 'A'", "binary_data_size must be a non-negative integer",
+             "input 'A'", "parameter 'binary_data_size' must be an unsigned integer",
              binary=(b"\x00" * 4,))
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import ml_dtypes
 import numpy as np
 
 from naiad.datatypes import (
@@ -122,7 +123,29 @@ def _numbers(flat: list, datatype: str) -> np.ndarray:
         if low < info.min or high > info.max:
             raise OverflowError(f"values from {low} to {high} do not fit in {datatype} "
                                 f"({info.min} to {info.max})")
-    return np.asarray(flat, dtype=dtype)
+    if kind != "f":
+        return np.asarray(flat, dtype=dtype)
+    # A finite value too large for the datatype would silently become infinity (then null
+    # in a JSON answer): refuse it. FP16/FP32 casts signal it; bfloat16's do not.
+    try:
+        with np.errstate(over="raise"):
+            data = np.asarray(flat, dtype=dtype)
+    except FloatingPointError:
+        data = None
+    if data is None or (datatype == "BF16" and np.isinf(data).any()):
+        raise OverflowError(_float_overflow(flat, datatype))
+    return data
+
+
+def _float_overflow(flat: list, datatype: str) -> str:
+    """What is wrong with the first value of ``flat`` that overflows ``datatype``."""
+    wide = np.asarray(flat, dtype=np.float64)
+    with np.errstate(over="ignore"):
+        narrow = wide.astype(NUMPY_DTYPES[datatype])
+    index = int(np.flatnonzero(np.isinf(narrow) & np.isfinite(wide))[0])
+    largest = float(ml_dtypes.finfo(NUMPY_DTYPES[datatype]).max)  # bfloat16 included
+    return (f"value {flat[index]!r} (element {index}) is out of range for {datatype} "
+            f"(largest magnitude {largest:.8g})")
 
 
 def to_raw(tensor: Tensor) -> bytes | memoryview:

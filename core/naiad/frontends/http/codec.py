@@ -28,6 +28,59 @@ from naiad.types import InferenceRequest, InferenceResponse, RequestedOutput
 HEADER_LENGTH = "inference-header-content-length"
 
 
+def _is_bool(value: Any) -> bool:
+    return value is True or value is False
+
+
+def _is_uint(value: Any) -> bool:
+    return type(value) is int and value >= 0
+
+
+def _is_uint_or_string(value: Any) -> bool:
+    return _is_uint(value) or type(value) is str
+
+
+def _is_string(value: Any) -> bool:
+    return type(value) is str
+
+
+# The parameters tritonserver's HTTP frontend reads, and the JSON type each must have (what
+# it expects, a test). Tritonserver refuses a wrong type too (with a 500; naiad a 400).
+_BOOL = ("true or false", _is_bool)
+_UINT = ("an unsigned integer", _is_uint)
+_REGION = ("a region name (a string)", _is_string)
+REQUEST_PARAMETERS = {
+    "binary_data_output": _BOOL, "priority": _UINT, "timeout": _UINT,
+    "sequence_id": ("an unsigned integer or a string", _is_uint_or_string),
+    "sequence_start": _BOOL, "sequence_end": _BOOL,
+}
+INPUT_PARAMETERS = {
+    "binary_data_size": _UINT, "shared_memory_region": _REGION,
+    "shared_memory_byte_size": _UINT, "shared_memory_offset": _UINT,
+}
+OUTPUT_PARAMETERS = {
+    "binary_data": _BOOL, "classification": _UINT, "shared_memory_region": _REGION,
+    "shared_memory_byte_size": _UINT, "shared_memory_offset": _UINT,
+}
+# Any other request parameter reaches the model: tritonserver takes integers, booleans and
+# strings (and numbers, observed in 2.51); naiad the same, so a model never sees a list.
+_CUSTOM = ("an integer, number, boolean or string", lambda value: type(value) in (
+    int, float, bool, str))
+
+
+def check_parameters(params: dict[str, Any], known: dict[str, tuple[str, Any]], what: str,
+                     custom: tuple[str, Any] | None = None) -> None:
+    """Refuse a parameter whose JSON type is not the one ``known`` (or, for the others,
+    ``custom``) expects, naming it, the expected type and the value."""
+    for key, value in params.items():
+        rule = known.get(key, custom)
+        if rule is not None and not rule[1](value):
+            shown = orjson.dumps(value).decode()
+            if len(shown) > 40:
+                shown = shown[:40] + "..."
+            raise invalid_arg(f"{what}: parameter '{key}' must be {rule[0]}, got {shown}")
+
+
 def decode_request(model_name: str, version: int, body: bytes, header_length: int | None,
                    registry: SharedMemoryRegistry) -> InferenceRequest:
     """Parse an inference request body for ``model_name`` into an :class:`InferenceRequest`."""
@@ -62,11 +115,11 @@ def decode_request(model_name: str, version: int, body: bytes, header_length: in
         if not isinstance(params, dict):
             raise invalid_arg(f"input '{name}' of model '{model_name}': 'parameters' must be "
                               f"an object")
+        if params:
+            check_parameters(params, INPUT_PARAMETERS, f"input '{name}' of model "
+                                                       f"'{model_name}'")
         size = params.get("binary_data_size")
         if size is not None:
-            if not isinstance(size, int) or size < 0:
-                raise invalid_arg(f"input '{name}' of model '{model_name}': binary_data_size "
-                                  f"must be a non-negative integer")
             if offset + size > len(binary):
                 raise invalid_arg(
                     f"input '{name}' of model '{model_name}': binary_data_size {size} at "
@@ -102,11 +155,15 @@ def decode_request(model_name: str, version: int, body: bytes, header_length: in
                 raise invalid_arg(f"output '{item['name']}' of model '{model_name}': "
                                   f"'parameters' must be an object")
             if out_params:
+                check_parameters(out_params, OUTPUT_PARAMETERS,
+                                 f"output '{item['name']}' of model '{model_name}'")
                 _check_output(registry, model_name, item["name"], out_params)
             requested.append(RequestedOutput(item["name"], out_params))
     params = doc.get("parameters") or {}
     if not isinstance(params, dict):
         raise invalid_arg(f"model '{model_name}': request 'parameters' must be an object")
+    if params:
+        check_parameters(params, REQUEST_PARAMETERS, f"model '{model_name}'", _CUSTOM)
     request_id = doc.get("id", "")
     return InferenceRequest(
         model_name=model_name,
