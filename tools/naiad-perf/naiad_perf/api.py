@@ -54,13 +54,26 @@ class Measurement:
     client_cpu_percent: float        # the load generator's own CPU use
     stable: bool                     # the stability criterion was met within max_trials
     errors: int
+    # Added by naiad perf beyond the contract (defaults keep older constructors working):
+    latency_std_us: float = 0.0      # standard deviation of the client latency
+    response_count: int = 0          # responses received (decoupled models: several each)
+    delayed: int = 0                 # request-rate mode: requests sent late by over 1 ms
+    duration_s: float = 0.0          # wall time of the windows merged into this measurement
+    error_messages: list[str] = field(default_factory=list)   # the first few, as received
 
 
 def measure(spec: LoadSpec, *, concurrency: Sequence[int] = (),
             request_rates: Sequence[float] = (), distribution: str = "constant",
-            progress: Callable[[str], None] | None = None) -> list[Measurement]:
-    """One Measurement per concurrency level (or request rate), in order."""
+            progress: Callable[[str], None] | None = None,
+            on_result: Callable[[Measurement], None] | None = None) -> list[Measurement]:
+    """One Measurement per concurrency level (or request rate), in order.
+
+    ``progress`` gets a line per measurement window; ``on_result`` (an addition to the
+    contract) each Measurement as soon as its level is done. Raises naiad_perf.PerfError
+    for what the user must fix (model not ready, bad shape or data, server errors).
+    Worker processes are spawned: a script calling this needs ``if __name__ == "__main__":``.
+    """
     from naiad_perf.runner import run_levels
 
     return run_levels(spec, concurrency=concurrency, request_rates=request_rates,
-                      distribution=distribution, progress=progress)
+                      distribution=distribution, progress=progress, on_result=on_result)
