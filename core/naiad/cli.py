@@ -436,7 +436,38 @@ def _list_plugins() -> int:
     return 0
 
 
+# Commands other distributions add through the entry-point group "naiad.commands" (name ->
+# main(argv) -> int), and the distribution that provides each known one.
+COMMANDS_GROUP = "naiad.commands"
+BUILTIN_COMMANDS = ("serve", "plugins")
+KNOWN_COMMANDS = {"perf": ("naiad-perf", "./tools/naiad-perf"),
+                  "analyze": ("naiad-perf", "./tools/naiad-perf")}
+
+
+def _external_command(argv: Sequence[str] | None) -> int | None:
+    """Run ``naiad NAME ...`` from an installed "naiad.commands" entry point; None when the
+    first argument is a built-in command or an option (argparse takes it from there)."""
+    from importlib.metadata import entry_points
+
+    args = list(sys.argv[1:] if argv is None else argv)
+    if not args or args[0].startswith("-") or args[0] in BUILTIN_COMMANDS:
+        return None
+    for entry in entry_points(group=COMMANDS_GROUP):
+        if entry.name == args[0]:
+            return int(entry.load()(args[1:]) or 0)
+    if args[0] in KNOWN_COMMANDS:
+        distribution, folder = KNOWN_COMMANDS[args[0]]
+        print(f"naiad: '{args[0]}' is provided by the {distribution} distribution, which is "
+              f"not installed: pip install {distribution} (from a checkout: pip install "
+              f"{folder})", file=sys.stderr)
+        return 2
+    return None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    external = _external_command(argv)
+    if external is not None:
+        return external
     args = build_parser().parse_args(argv)
     if args.command == "plugins":
         return _list_plugins()
