@@ -24,6 +24,7 @@ PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#1
 PARETO_COLOUR = "#d62728"
 MEMORY_COLOUR = "#4c78a8"
 CHART_WIDTH, CHART_HEIGHT = 760, 420
+CONSTRAINT_ZOOM = 2.0  # the p99 line is drawn when at most this times the highest latency
 MARGIN = {"left": 64, "right": 20, "top": 20, "bottom": 48}
 
 
@@ -166,7 +167,13 @@ def latency_chart(ranked: Sequence[Verdict], max_p99_ms: float | None) -> str:
     points = [(p.throughput, p.p99_ms) for v in measured for p in v.result.points]
     if not points:
         return '<p class="empty">no configuration was measured</p>'
-    top_latency = max([lat for _, lat in points] + ([max_p99_ms] if max_p99_ms else []))
+    top_latency = max(lat for _, lat in points)
+    # The constraint line is drawn when it lies near the data; far above, it would squash
+    # every curve against the axis (the heading names it instead).
+    if max_p99_ms is not None and max_p99_ms <= top_latency * CONSTRAINT_ZOOM:
+        top_latency = max(top_latency, max_p99_ms)
+    else:
+        max_p99_ms = None
     x = Scale(0.0, max(t for t, _ in points) * 1.05, MARGIN["left"],
               CHART_WIDTH - MARGIN["right"])
     y = Scale(0.0, top_latency * 1.05, CHART_HEIGHT - MARGIN["bottom"], MARGIN["top"])
@@ -312,6 +319,8 @@ def render_html(outcome: Outcome, settings: AnalyzeSettings) -> str:
               f"memory &le; {constraints.max_memory_mb:g} MB"
               if constraints.max_memory_mb is not None else ""]
     limits_text = ", ".join(part for part in limits if part) or "none"
+    p99_note = ("" if constraints.max_latency_p99_ms is None else
+                f"; dashed: p99 &le; {constraints.max_latency_p99_ms:g} ms, when in range")
     notes = "".join(f"<li>{html.escape(note)}</li>" for note in outcome.space.notes)
     skipped = outcome.log.skipped
     if skipped:
@@ -328,7 +337,7 @@ def render_html(outcome: Outcome, settings: AnalyzeSettings) -> str:
 <body>
 <h1>naiad analyze: {html.escape(spec.model)}</h1>
 {_summary(outcome, settings)}
-<h2>Throughput vs p99 latency per configuration (pareto front in red)</h2>
+<h2>Throughput vs p99 latency per configuration (pareto front in red{p99_note})</h2>
 {latency_chart(outcome.ranked, constraints.max_latency_p99_ms)}
 <h2>Memory per configuration</h2>
 {memory_chart(outcome.ranked)}
