@@ -269,9 +269,11 @@ def _check(spec: LoadSpec, model: ModelInfo, concurrency: Sequence[int],
     if model.sequence:
         start, end = spec.sequence_id_range or DEFAULT_SEQUENCE_IDS
         live = max(concurrency) if concurrency else workers * RATE_SLOTS_PER_WORKER
-        if end - start < live:
+        # each worker draws from every workers-th id and runs up to ceil(live/workers)
+        if (end - start) // workers < math.ceil(live / workers):
             raise PerfError(f"--sequence-id-range {start}:{end} holds {end - start} ids, "
-                            f"fewer than the {live} sequences live at once")
+                            f"fewer than the {live} sequences live at once"
+                            + (f" over {workers} load processes" if workers > 1 else ""))
 
 
 def run_levels(spec: LoadSpec, *, concurrency: Sequence[int] = (),

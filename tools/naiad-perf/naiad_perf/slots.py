@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import threading
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,19 +21,27 @@ DEFAULT_SEQUENCE_IDS = (1, 2**31)
 
 
 class SequenceIds:
-    """Correlation ids for one worker: interleaved with the other workers' so that no two
-    live sequences share one (the runner checks the range is wide enough)."""
+    """Correlation ids for one worker: its share of the range (every workers-th id), fresh
+    ones first, then those of ended sequences, least recently used first; an id is never
+    given to two live sequences (the runner checks the share covers the worker's slots)."""
 
     def __init__(self, spec: LoadSpec, worker: int, workers: int) -> None:
-        self.start, self.end = spec.sequence_id_range or DEFAULT_SEQUENCE_IDS
-        self.worker, self.workers = worker, workers
-        self.count = 0
+        start, self.end = spec.sequence_id_range or DEFAULT_SEQUENCE_IDS
+        self.step = workers
+        self.fresh = start + worker
+        self.released: deque[int] = deque()
         self.lock = threading.Lock()
 
-    def next(self) -> int:
+    def acquire(self) -> int:
         with self.lock:
-            k, self.count = self.count, self.count + 1
-        return self.start + (k * self.workers + self.worker) % (self.end - self.start)
+            if self.fresh < self.end:
+                self.fresh += self.step
+                return self.fresh - self.step
+            return self.released.popleft()
+
+    def release(self, sequence_id: int) -> None:
+        with self.lock:
+            self.released.append(sequence_id)
 
 
 @dataclass
@@ -121,6 +130,7 @@ class Slot:
         self.sequence: tuple[int, int, int] | None = None   # (id, stream, steps left)
         self.sequences_started = 0
         self.step_in_stream = 0
+        self.ended: int | None = None   # the id of the sequence the last request ended
 
     def _next_place(self) -> tuple[tuple[int, int], Sequence | None]:
         if not self.model.sequence:
@@ -128,10 +138,13 @@ class Slot:
             self.position = (self.position + 1) % len(self.flat)
             return place, None
         generated = self.spec.input_data in ("zero", "random")
+        if self.ended is not None:  # its last request has been answered: the id is free
+            self.ids.release(self.ended)
+            self.ended = None
         if self.sequence is None:
             stream = (self.slot + self.sequences_started) % len(self.streams)
             length = self.spec.sequence_length if generated else len(self.streams[stream])
-            self.sequence = (self.ids.next(), stream, max(length, 1))
+            self.sequence = (self.ids.acquire(), stream, max(length, 1))
             self.sequences_started += 1
             self.step_in_stream = 0
         seq_id, stream, left = self.sequence
@@ -141,6 +154,8 @@ class Slot:
         self.step_in_stream += 1
         left -= 1
         self.sequence = (seq_id, stream, left) if left > 0 else None
+        if left == 0:
+            self.ended = seq_id
         return (stream, step), Sequence(seq_id, start, left == 0)
 
     def http(self) -> bytes:
