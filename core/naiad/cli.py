@@ -202,6 +202,18 @@ def build_parser() -> argparse.ArgumentParser:
     net.add_argument("--grpc-http2-max-ping-strikes", type=int, default=2, metavar="N")
     net.add_argument("--grpc-max-connection-age", type=int, default=None, metavar="MS")
     net.add_argument("--grpc-max-connection-age-grace", type=int, default=None, metavar="MS")
+    net.add_argument("--grpc-max-header-size", type=int, default=16 * 1024, metavar="BYTES",
+                     help="the most bytes of metadata one gRPC request may send (names and "
+                          "values, as HTTP/2 counts them); more is RESOURCE_EXHAUSTED "
+                          "(naiad only; default 16 KiB, grpc's own limit)")
+    net.add_argument("--grpc-idle-timeout", type=int, default=300_000, metavar="MS",
+                     help="close a gRPC connection that has had no call in progress for this "
+                          "long (clients reconnect on their next call); 0: never (naiad "
+                          "only; default 300000, 5 minutes)")
+    net.add_argument("--grpc-handshake-timeout", type=int, default=10_000, metavar="MS",
+                     help="close a new gRPC connection that has not finished its handshake "
+                          "(TLS, HTTP/2 preface and settings) in this time (naiad only; "
+                          "default 10000)")
     _add_flag(net, "--allow-metrics", True, "serve Prometheus metrics")
     net.add_argument("--metrics-address", default="0.0.0.0")
     net.add_argument("--metrics-port", type=int, default=8002)
@@ -344,6 +356,9 @@ def _options(args: argparse.Namespace) -> tuple[ServerOptions, Listeners]:
             http2_max_ping_strikes=args.grpc_http2_max_ping_strikes,
             max_connection_age_ms=args.grpc_max_connection_age,
             max_connection_age_grace_ms=args.grpc_max_connection_age_grace,
+            max_header_size=args.grpc_max_header_size,
+            idle_timeout_ms=args.grpc_idle_timeout,
+            handshake_timeout_ms=args.grpc_handshake_timeout,
             header_forward_pattern=args.grpc_header_forward_pattern,
             restricted=parse_restrictions(args.grpc_restricted_protocol,
                                           "--grpc-restricted-protocol"),
@@ -407,6 +422,11 @@ def _check(args: argparse.Namespace) -> list[str]:
         problems.append("--repository-settle-secs must not be negative")
     if args.response_cache_byte_size < 0:
         problems.append("--response-cache-byte-size must not be negative")
+    # grpc core takes these as C ints; a header limit under 1 KiB refuses every call.
+    for flag, low in (("grpc_max_header_size", 1024), ("grpc_idle_timeout", 0),
+                      ("grpc_handshake_timeout", 1)):
+        if not low <= getattr(args, flag) <= 2**31 - 1:
+            problems.append(f"--{flag.replace('_', '-')} must be from {low} to {2**31 - 1}")
     try:
         parse_metrics_config(args.metrics_config)
     except ValueError as exc:

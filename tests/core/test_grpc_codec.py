@@ -63,7 +63,7 @@ def encode_response(request, response, registry) -> pb.ModelInferResponse:
     """Encode with the hand-written encoder, parse back with the official classes."""
     to_shm = _TO_SHM.pop(id(request), None)
     return pb.ModelInferResponse.FromString(
-        ResponseEncoder(registry).encode(request, response, to_shm))
+        ResponseEncoder().encode(request, response, to_shm))
 
 
 def _error(registry, msg) -> InferenceServerError:

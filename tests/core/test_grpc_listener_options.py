@@ -202,9 +202,12 @@ def test_channel_arguments_carry_every_flag() -> None:
         keepalive_permit_without_calls=True, http2_max_pings_without_data=3,
         http2_min_recv_ping_interval_without_data_ms=4, http2_max_ping_strikes=5,
         max_connection_age_ms=6, max_connection_age_grace_ms=7,
-        infer_response_compression_level="medium"), 1024))
+        infer_response_compression_level="medium", max_header_size=8, idle_timeout_ms=9,
+        handshake_timeout_ms=10), 1024, 2**31))
     assert arguments == {
-        "grpc.max_receive_message_length": 1024, "grpc.max_send_message_length": 1024,
+        "grpc.max_receive_message_length": 1024, "grpc.max_send_message_length": 2**31 - 1,
+        "grpc.max_metadata_size": 8, "grpc.absolute_max_metadata_size": 8,
+        "grpc.server_handshake_timeout_ms": 10, "grpc.max_connection_idle_ms": 9,
         "grpc.so_reuseport": 1, "grpc.enable_channelz": 0, "grpc.keepalive_time_ms": 1,
         "grpc.keepalive_timeout_ms": 2, "grpc.http2.ping_timeout_ms": 2,
         "grpc.keepalive_permit_without_calls": 1,
@@ -214,6 +217,11 @@ def test_channel_arguments_carry_every_flag() -> None:
         "grpc.default_compression_level": 2}
     defaults = dict(channel_arguments(GRPCOptions(), 1024))
     assert defaults["grpc.so_reuseport"] == 0
+    assert defaults["grpc.max_send_message_length"] == 1024
+    assert dict(channel_arguments(GRPCOptions(idle_timeout_ms=0), 1024, 4096))[
+        "grpc.max_send_message_length"] > 4096  # room for a stream response's envelope
+    assert "grpc.max_connection_idle_ms" not in dict(
+        channel_arguments(GRPCOptions(idle_timeout_ms=0), 1024))  # 0: never
     assert not {"grpc.max_connection_age_ms", "grpc.max_connection_age_grace_ms",
                 "grpc.default_compression_level"} & set(defaults)
 

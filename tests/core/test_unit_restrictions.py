@@ -96,7 +96,8 @@ def test_grpc_requirements_cover_only_the_restricted_groups():
 
 
 def fake_server() -> SimpleNamespace:
-    return SimpleNamespace(options=SimpleNamespace(max_input_size=1024), shared_memory=None)
+    return SimpleNamespace(options=SimpleNamespace(max_input_size=1024, max_response_size=2048),
+                           shared_memory=None)
 
 
 def test_every_http_route_is_guarded_when_every_group_is_restricted():

@@ -436,7 +436,9 @@ def test_requested_output_target_is_checked_before_the_request_runs(shm_key):
         assert requested_output_target(registry, "m", "Y", {"binary_data": True}) is None
         params = {"shared_memory_region": "out", "shared_memory_byte_size": 16,
                   "shared_memory_offset": 8}
-        assert requested_output_target(registry, "m", "Y", params) == ("out", 8, 16)
+        region, offset, size = requested_output_target(registry, "m", "Y", params)
+        # The region itself, which the request holds until its answer is written.
+        assert (region.name, offset, size) == ("out", 8, 16)
         params["shared_memory_offset"] = 24
         rejected(lambda: requested_output_target(registry, "m", "Y", params),
                  "output 'Y' of model 'm'", "outside region 'out'")

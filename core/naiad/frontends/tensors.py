@@ -2,7 +2,8 @@
 
 Raw bytes (HTTP binary data, gRPC raw contents, shared memory) become ``np.frombuffer``
 views without a copy; JSON lists and gRPC typed contents go through ``np.asarray``.
-Every size mismatch is an INVALID_ARG error naming the model, the tensor and the numbers.
+Every size mismatch is an INVALID_ARG error naming the model, the tensor and the numbers,
+and a shape is checked (:func:`check_shape`) before numpy is asked for anything.
 """
 
 from __future__ import annotations
@@ -16,13 +17,22 @@ from naiad.datatypes import (
     ITEM_SIZES,
     NUMPY_DTYPES,
     deserialize_bytes,
-    element_count,
     serialize_bytes,
 )
-from naiad.errors import invalid_arg, unsupported
+from naiad.errors import InferenceServerError, Status, invalid_arg, unsupported
 from naiad.models.signature import format_shape
-from naiad.shm import SharedMemoryRegistry
+from naiad.shm import Region, SharedMemoryRegistry
 from naiad.types import Tensor
+
+# What numpy refuses with a ValueError, even for an array with no element: more dimensions
+# than this, or dimensions whose product (zeros left out) times the item size does not fit
+# in a signed machine word.
+NUMPY_MAX_DIMS = 64 if np.lib.NumpyVersion(np.__version__) >= "2.0.0" else 32
+_NUMPY_MAX_BYTES = int(np.iinfo(np.intp).max)
+# Bytes per element that a shape describes at the least: a BYTES element is a 4-byte length
+# prefix on the wire (and an 8-byte object pointer in numpy).
+_WIRE_ITEM_SIZES = {**ITEM_SIZES, "BYTES": 4}
+_NUMPY_ITEM_SIZES = {**ITEM_SIZES, "BYTES": np.dtype(object).itemsize}
 
 
 def check_header(model: str, name: Any, datatype: Any, shape: Any) -> tuple[int, ...]:
@@ -39,10 +49,46 @@ def check_header(model: str, name: Any, datatype: Any, shape: Any) -> tuple[int,
     return tuple(shape)
 
 
+def check_shape(model: str, name: str, datatype: str, shape: tuple[int, ...],
+                max_bytes: int | None = None) -> int:
+    """The element count of input ``name``'s ``shape``, once it is safe to hand to numpy;
+    INVALID_ARG naming the model, tensor and shape otherwise.
+
+    Refused: a negative dimension, more dimensions than numpy allows, and a shape whose
+    dimensions describe more than ``max_bytes`` (the most a request may carry; None: what
+    numpy can address) at the datatype's element size, dimensions of 0 counted as 1 (numpy
+    refuses ``[0, 2**62, 2**62]`` even though it holds nothing). Python integers do not
+    overflow: the product is checked against the bound, never wrapped.
+    """
+    if len(shape) > NUMPY_MAX_DIMS:
+        raise invalid_arg(f"input '{name}' of model '{model}': shape has {len(shape)} "
+                          f"dimensions, more than the {NUMPY_MAX_DIMS} a tensor may have")
+    numpy_limit = _NUMPY_MAX_BYTES // _NUMPY_ITEM_SIZES[datatype]
+    limit = (numpy_limit if max_bytes is None
+             else min(numpy_limit, max_bytes // _WIRE_ITEM_SIZES[datatype]))
+    span = count = 1
+    for dim in shape:
+        if dim < 0:
+            raise invalid_arg(f"input '{name}' of model '{model}': shape "
+                              f"{format_shape(shape)} has a negative dimension")
+        count *= dim
+        if dim:
+            span *= dim
+            if span > limit:
+                bound = ("numpy can address" if limit == numpy_limit else
+                         f"the {max_bytes} bytes a request may carry (--http-max-input-size)")
+                raise invalid_arg(
+                    f"input '{name}' of model '{model}': shape {format_shape(shape)} of "
+                    f"{datatype} describes more data than {bound}")
+    return count
+
+
 def from_raw(model: str, name: str, datatype: str, shape: tuple[int, ...],
-             raw: bytes | bytearray | memoryview) -> Tensor:
-    """A tensor from its raw little-endian bytes (or the length-prefixed BYTES form)."""
-    count = element_count(shape)
+             raw: bytes | bytearray | memoryview, max_bytes: int | None = None) -> Tensor:
+    """A tensor from its raw little-endian bytes (or the length-prefixed BYTES form).
+    ``max_bytes``: the most a request may carry (see :func:`check_shape`)."""
+    count = check_shape(model, name, datatype, shape,
+                        None if max_bytes is None else max(max_bytes, len(raw)))
     if datatype == "BYTES":
         what = f"input '{name}' of model '{model}'"
         data = deserialize_bytes(raw, count, what).reshape(shape)
@@ -70,10 +116,12 @@ def _flatten(values: Any) -> list:
     return flat
 
 
-def from_list(model: str, name: str, datatype: str, shape: tuple[int, ...], values: Any
-              ) -> Tensor:
-    """A tensor from a JSON list (flat or nested, row-major) or gRPC typed contents."""
+def from_list(model: str, name: str, datatype: str, shape: tuple[int, ...], values: Any,
+              max_bytes: int | None = None) -> Tensor:
+    """A tensor from a JSON list (flat or nested, row-major) or gRPC typed contents.
+    ``max_bytes``: the most a request may carry (see :func:`check_shape`)."""
     what = f"input '{name}' of model '{model}'"
+    count = check_shape(model, name, datatype, shape, max_bytes)
     if not isinstance(values, list):
         try:  # gRPC repeated fields
             if isinstance(values, (str, bytes, dict)):
@@ -82,7 +130,6 @@ def from_list(model: str, name: str, datatype: str, shape: tuple[int, ...], valu
         except TypeError:
             raise invalid_arg(f"{what}: 'data' must be a list") from None
     flat = _flatten(values)
-    count = element_count(shape)
     if len(flat) != count:
         raise invalid_arg(f"{what}: shape {format_shape(shape)} has {count} elements but "
                           f"{len(flat)} values were given")
@@ -181,8 +228,11 @@ def to_list(tensor: Tensor) -> list:
 
 
 def read_shm_input(registry: SharedMemoryRegistry, model: str, name: str, datatype: str,
-                   shape: tuple[int, ...], params: dict) -> Tensor:
-    """An input whose data lives in a registered shared memory region."""
+                   shape: tuple[int, ...], params: dict, max_bytes: int | None = None
+                   ) -> Tensor:
+    """An input whose data lives in a registered shared memory region. ``max_bytes``: the
+    most a request may carry; the shape may describe more when the region holds it (data
+    in shared memory is not part of the request)."""
     region = params.get("shared_memory_region")
     size = params.get("shared_memory_byte_size")
     offset = params.get("shared_memory_offset", 0)
@@ -192,6 +242,9 @@ def read_shm_input(registry: SharedMemoryRegistry, model: str, name: str, dataty
     if not isinstance(size, int) or not isinstance(offset, int):
         raise invalid_arg(f"{what}: shared memory input needs integer "
                           f"'shared_memory_byte_size' (and optional 'shared_memory_offset')")
+    # Checked before reading: a shape refused must not cost a copy of the region.
+    check_shape(model, name, datatype, shape,
+                None if max_bytes is None else max(max_bytes, size))
     raw = registry.read(region, offset, size, what)
     return from_raw(model, name, datatype, shape, raw)
 
@@ -214,9 +267,10 @@ def shm_output_target(model: str, name: str, params: dict) -> tuple[str, int, in
 
 
 def requested_output_target(registry: SharedMemoryRegistry, model: str, name: str,
-                            params: dict) -> tuple[str, int, int] | None:
+                            params: dict) -> tuple[Region, int, int] | None:
     """Check a requested output's parameters before the request runs, as tritonserver does;
-    return its shared memory target (region, offset, byte_size) or None.
+    return its shared memory target (region, offset, byte_size) or None. The request holds
+    the :class:`Region` itself, so unregistering it meanwhile does not fail the request.
 
     A target must lie in a registered region (else NOT_FOUND, Triton's status), so a request
     whose answer could not be written fails without running the model. ``classification``
@@ -226,7 +280,18 @@ def requested_output_target(registry: SharedMemoryRegistry, model: str, name: st
                           f"not supported (naiad does not implement the classification "
                           f"extension)")
     target = shm_output_target(model, name, params)
-    if target is not None:
-        region, offset, size = target
-        registry.check(region, offset, size, f"output '{name}' of model '{model}'")
-    return target
+    if target is None:
+        return None
+    region, offset, size = target
+    return (registry.target(region, offset, size, f"output '{name}' of model '{model}'"),
+            offset, size)
+
+
+def response_too_large(model: str, output: str, output_bytes: int, total_bytes: int,
+                       limit: int) -> InferenceServerError:
+    """RESOURCE_EXHAUSTED for a response of ``total_bytes`` over ``limit``
+    (``--max-response-size``), naming the model and its largest output."""
+    return InferenceServerError(
+        f"model '{model}': the response would be {total_bytes} bytes (output '{output}' "
+        f"alone {output_bytes}), more than --max-response-size={limit} bytes; ask for the "
+        f"output in shared memory or raise --max-response-size", Status.RESOURCE_EXHAUSTED)

@@ -22,9 +22,10 @@ from naiad.frontends.tensors import (
     from_raw,
     read_shm_input,
     requested_output_target,
+    response_too_large,
     to_raw,
 )
-from naiad.shm import SharedMemoryRegistry
+from naiad.shm import Region, SharedMemoryRegistry
 from naiad.types import InferenceRequest, InferenceResponse, RequestedOutput, Tensor
 
 ModelInferRequest = service_pb2.ModelInferRequest
@@ -84,13 +85,29 @@ def set_params(target: Any, params: dict[str, Any]) -> None:
 # --- requests -----------------------------------------------------------------------------
 
 
-ShmTargets = dict[str, tuple[str, int, int]]
+class UndecodableRequest:
+    """What a request deserializer returns for bytes that are not its message: grpc would
+    turn an exception there into INTERNAL ("Exception deserializing request!"), so the
+    handler gets this instead and answers INVALID_ARGUMENT (``listener._decoded``). In a
+    stream it is refused like any bad request, and the stream goes on; ``model_name`` and
+    ``id`` are empty for that."""
+
+    __slots__ = ("message",)
+    model_name = ""
+    id = ""
+
+    def __init__(self, message: str) -> None:
+        self.message = message
 
 
-def decode_request(model_name: str, version: int, msg: Any, registry: SharedMemoryRegistry
-                   ) -> tuple[InferenceRequest, ShmTargets | None]:
+ShmTargets = dict[str, tuple[Region, int, int]]
+
+
+def decode_request(model_name: str, version: int, msg: Any, registry: SharedMemoryRegistry,
+                   max_bytes: int | None = None) -> tuple[InferenceRequest, ShmTargets | None]:
     """Turn ``msg`` (a ``ModelInferRequest`` for ``model_name``) into an
     :class:`InferenceRequest`; raise an INVALID_ARG error naming the model and tensor.
+    ``max_bytes`` (``--http-max-input-size``) bounds what an input's shape may describe.
 
     Also returns the outputs to write to shared memory: name -> (region, offset, byte_size),
     or None when there are none."""
@@ -110,15 +127,17 @@ def decode_request(model_name: str, version: int, msg: Any, registry: SharedMemo
                 raise invalid_arg(f"input '{name}' of model '{model_name}' gives both a "
                                   f"shared memory region and 'contents': use one")
             tensor = read_shm_input(registry, model_name, name, datatype, shape,
-                                    params_to_dict(params))
+                                    params_to_dict(params), max_bytes)
         elif item.HasField("contents"):
             if raw_count:
                 raise invalid_arg(f"input '{name}' of model '{model_name}' has 'contents' but "
                                   f"the request also uses raw_input_contents: when "
                                   f"raw_input_contents is used, every input must use it")
-            tensor = _from_contents(model_name, name, datatype, shape, item.contents)
+            tensor = _from_contents(model_name, name, datatype, shape, item.contents,
+                                    max_bytes)
         elif raw_index < raw_count:
-            tensor = from_raw(model_name, name, datatype, shape, raw_contents[raw_index])
+            tensor = from_raw(model_name, name, datatype, shape, raw_contents[raw_index],
+                              max_bytes)
             raw_index += 1
         else:
             raise invalid_arg(f"unable to find data for input tensor '{name}' for model "
@@ -157,7 +176,7 @@ def decode_request(model_name: str, version: int, msg: Any, registry: SharedMemo
 
 
 def _from_contents(model: str, name: str, datatype: str, shape: tuple[int, ...],
-                   contents: Any) -> Tensor:
+                   contents: Any, max_bytes: int | None) -> Tensor:
     field = CONTENTS_FIELD.get(datatype)
     if field is None:
         raise invalid_arg(f"input '{name}' of model '{model}': {datatype} data has no typed "
@@ -167,7 +186,7 @@ def _from_contents(model: str, name: str, datatype: str, shape: tuple[int, ...],
             raise invalid_arg(f"input '{name}' of model '{model}' has datatype {datatype} but "
                               f"its data is in contents.{descriptor.name}; {datatype} data "
                               f"goes in contents.{field}")
-    return from_list(model, name, datatype, shape, getattr(contents, field))
+    return from_list(model, name, datatype, shape, getattr(contents, field), max_bytes)
 
 
 # --- responses ----------------------------------------------------------------------------
@@ -199,12 +218,13 @@ def _string_field(tag: bytes, value: str) -> bytes:
 
 class ResponseEncoder:
     """Writes ``ModelInferResponse`` bytes; remembers the constant parts per model version
-    and per output name and datatype."""
+    and per output name and datatype. A response of more than ``max_bytes``
+    (``--max-response-size``; None: no limit) is refused before it is built."""
 
     _MAX_CACHED = 4096
 
-    def __init__(self, registry: SharedMemoryRegistry) -> None:
-        self.registry = registry
+    def __init__(self, max_bytes: int | None = None) -> None:
+        self.max_bytes = max_bytes
         self._heads: dict[tuple[str, int], bytes] = {}
         self._outputs: dict[tuple[str, str, tuple[int, ...]], bytes] = {}
 
@@ -242,6 +262,7 @@ class ResponseEncoder:
         if request.id:
             parts.append(_string_field(b"\x1a", request.id))
         raws: list[bytes | memoryview] = []
+        largest: tuple[int, str] = (-1, "")
         for tensor in response.outputs:
             name = tensor.name
             shape = tensor.shape
@@ -252,18 +273,26 @@ class ResponseEncoder:
                 target = to_shm.get(name)
                 if target is not None:
                     region, offset, size = target
-                    self.registry.write(region, offset, size, raw,
-                                        f"output '{name}' of model '{request.model_name}'")
+                    region.write(offset, size, raw,
+                                 f"output '{name}' of model '{request.model_name}'")
                     raws.append(b"\x32\x00")
                     continue
             raws.append(b"\x32" + _varint(len(raw)))
             raws.append(raw)
+            if len(raw) > largest[0]:
+                largest = (len(raw), name)
         parts.extend(raws)
         if response.parameters:
             # Concatenated messages merge: the parameters go last, encoded by protobuf.
             extra = ModelInferResponse()
             set_params(extra.parameters, response.parameters)
             parts.append(extra.SerializeToString())
+        if self.max_bytes is not None:
+            # Before the join: the copy into one message is what must not be made.
+            total = sum(map(len, parts))
+            if total > self.max_bytes:
+                raise response_too_large(request.model_name, largest[1], largest[0], total,
+                                         self.max_bytes)
         return b"".join(parts)
 
 

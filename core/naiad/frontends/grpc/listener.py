@@ -12,6 +12,14 @@ existing one is busy.
 
 The ``--grpc-*`` flags (:class:`GRPCOptions`) become grpc channel arguments, TLS server
 credentials and, for ``--grpc-infer-response-compression-level``, a compression level.
+
+What grpc core enforces before a handler runs, each a named setting: the largest message
+received (``--http-max-input-size``: RESOURCE_EXHAUSTED as soon as a message announces
+more, before it is read) and sent (``--max-response-size``, which the encoder checks first
+with a better message), the metadata size (``--grpc-max-header-size``), the handshake time
+of a new connection (``--grpc-handshake-timeout``) and the idle time of a connection
+without calls (``--grpc-idle-timeout``). A message that does not parse is answered
+INVALID_ARGUMENT naming the RPC (:func:`method_handlers`), not grpc's INTERNAL.
 """
 
 from __future__ import annotations
@@ -24,8 +32,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import grpc
+from google.protobuf.message import DecodeError
 from tritonclient.grpc import service_pb2
 
+from naiad.frontends.grpc.codec import UndecodableRequest
 from naiad.frontends.grpc.options import GRPCOptions
 from naiad.frontends.grpc.service import InferenceServicer
 
@@ -42,6 +52,35 @@ _PRESERIALIZED = frozenset({"ModelInfer", "ModelStreamInfer"})
 _COMPRESSED = _PRESERIALIZED
 # grpc_compression_level: GRPC_COMPRESS_LEVEL_NONE, _LOW, _MED, _HIGH.
 _LEVELS = {"none": 0, "low": 1, "medium": 2, "high": 3}
+# What grpc may send beyond --max-response-size: a ModelStreamInferResponse wraps the
+# ModelInferResponse (the encoder's limit) in a few bytes, plus the final-response flag.
+_SEND_MARGIN = 64 * 1024
+
+
+def _deserializer(method: str, request_type: Any) -> Callable[[bytes], Any]:
+    parse = request_type.FromString
+    full_name = request_type.DESCRIPTOR.full_name
+
+    def deserialize(data: bytes) -> Any:
+        try:
+            return parse(data)
+        except DecodeError as exc:
+            return UndecodableRequest(f"{method}: the request is not a valid {full_name} "
+                                      f"message ({len(data)} bytes): {exc}")
+
+    return deserialize
+
+
+def _decoded(behavior: Callable[[Any, grpc.ServicerContext], Any]
+             ) -> Callable[[Any, grpc.ServicerContext], Any]:
+    """``behavior`` (a unary RPC), answering INVALID_ARGUMENT to an undecodable request."""
+
+    def call(request: Any, context: grpc.ServicerContext) -> Any:
+        if type(request) is UndecodableRequest:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, request.message)
+        return behavior(request, context)
+
+    return call
 
 
 def _uncompressed(behavior: Callable[[Any, grpc.ServicerContext], Any]
@@ -63,6 +102,9 @@ def method_handlers(servicer: InferenceServicer,
 
     With ``compression`` (the server has a default compression level), the responses of
     every RPC but the inference ones are sent uncompressed, as Triton compresses only those.
+
+    A request that does not parse reaches the handler as an :class:`UndecodableRequest`:
+    unary RPCs answer it INVALID_ARGUMENT, ``ModelStreamInfer`` refuses it in the stream.
     """
     handlers = {}
     for method in _SERVICE.methods:
@@ -76,10 +118,12 @@ def method_handlers(servicer: InferenceServicer,
             raise TypeError(f"unexpected streaming kind of RPC {method.name}")
         else:
             make = grpc.unary_unary_rpc_method_handler
+            behavior = _decoded(behavior)
             if compression and method.name not in _COMPRESSED:
                 behavior = _uncompressed(behavior)
-        handlers[method.name] = make(behavior, request_deserializer=request_type.FromString,
-                                     response_serializer=serializer)
+        handlers[method.name] = make(
+            behavior, request_deserializer=_deserializer(method.name, request_type),
+            response_serializer=serializer)
     return handlers
 
 
@@ -89,12 +133,21 @@ def bind_address(address: str, port: int) -> str:
     return f"{address}:{port}"
 
 
-def channel_arguments(options: GRPCOptions, max_message_size: int) -> list[tuple[str, int]]:
+def channel_arguments(options: GRPCOptions, max_message_size: int,
+                      max_response_size: int | None = None) -> list[tuple[str, int]]:
     """The grpc server's channel arguments for ``options`` (the names are grpc core's
-    ``GRPC_ARG_*``, include/grpc/impl/channel_arg_names.h)."""
+    ``GRPC_ARG_*``, include/grpc/impl/channel_arg_names.h): messages received of at most
+    ``max_message_size`` bytes, sent of at most ``max_response_size`` (and a margin for a
+    stream's envelope; None: ``max_message_size``)."""
+    send = max_message_size if max_response_size is None else max_response_size + _SEND_MARGIN
     arguments = [
-        ("grpc.max_receive_message_length", max_message_size),
-        ("grpc.max_send_message_length", max_message_size),
+        # grpc core's limits are C ints: a larger value would wrap.
+        ("grpc.max_receive_message_length", min(max_message_size, 2**31 - 1)),
+        ("grpc.max_send_message_length", min(send, 2**31 - 1)),
+        # Soft and hard limit alike: below the soft one grpc refuses a random sample.
+        ("grpc.max_metadata_size", options.max_header_size),
+        ("grpc.absolute_max_metadata_size", options.max_header_size),
+        ("grpc.server_handshake_timeout_ms", options.handshake_timeout_ms),
         # Without --reuse-grpc-port, fail loudly when the port is taken instead of sharing
         # it with another process.
         ("grpc.so_reuseport", int(options.reuse_port)),
@@ -117,6 +170,9 @@ def channel_arguments(options: GRPCOptions, max_message_size: int) -> list[tuple
          options.http2_min_recv_ping_interval_without_data_ms),
         ("grpc.http2.max_ping_strikes", options.http2_max_ping_strikes),
     ]
+    # 0 is "never" for naiad's flag; grpc would take it as "close at once".
+    if options.idle_timeout_ms:
+        arguments.append(("grpc.max_connection_idle_ms", options.idle_timeout_ms))
     # Like Triton, an unset or 0 age is not passed: grpc would take 0 as "close at once".
     if options.max_connection_age_ms:
         arguments.append(("grpc.max_connection_age_ms", options.max_connection_age_ms))
@@ -205,15 +261,16 @@ async def start_grpc_server(server: InferenceServer, address: str, port: int,
     """Serve ``server`` over gRPC on ``address:port`` as ``options`` (the ``--grpc-*``
     flags) say; started on return. Call it on the event loop the server runs on.
 
-    Messages (both ways) may be as large as ``--http-max-input-size``; a larger request
-    gets RESOURCE_EXHAUSTED from grpc. Raises OSError when the port cannot be bound or a
-    TLS file cannot be used.
+    Requests may be as large as ``--http-max-input-size`` and responses as
+    ``--max-response-size``; a larger request gets RESOURCE_EXHAUSTED from grpc. Raises
+    OSError when the port cannot be bound or a TLS file cannot be used.
     """
     options = options or GRPCOptions()
     credentials = server_credentials(options) if options.use_ssl else None
     pool = ThreadPoolExecutor(max_workers=MAX_THREADS, thread_name_prefix="naiad-grpc")
     grpc_server = grpc.server(
-        pool, options=channel_arguments(options, server.options.max_input_size))
+        pool, options=channel_arguments(options, server.options.max_input_size,
+                                        server.options.max_response_size))
     compression = options.infer_response_compression_level != "none"
     servicer = InferenceServicer(server, asyncio.get_running_loop(),
                                  restricted=options.restricted,

@@ -32,6 +32,16 @@ class GRPCOptions:
     http2_max_ping_strikes: int = 2
     max_connection_age_ms: int | None = None
     max_connection_age_grace_ms: int | None = None
+    # naiad only. The most bytes of metadata (headers) one request may send, names and values
+    # together as HTTP/2 counts them (grpc's own hard limit by default); more is refused with
+    # RESOURCE_EXHAUSTED. It bounds the number of headers too: each costs at least 32 bytes.
+    max_header_size: int = 16 * 1024
+    # naiad only. A connection with no call in progress for this long is closed (a GOAWAY:
+    # clients reconnect on their next call); 0: never.
+    idle_timeout_ms: int = 300_000
+    # naiad only. A new connection must finish its handshake (TLS, the HTTP/2 preface and
+    # settings) within this time or is closed.
+    handshake_timeout_ms: int = 10_000
     # Request headers whose names match this regular expression become request parameters.
     header_forward_pattern: str = ""
     # API group -> the header a request to it must carry (``triton-grpc-protocol-<key>``).

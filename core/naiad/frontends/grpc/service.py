@@ -118,7 +118,8 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
         self.server = server
         self.loop = loop
         self.shm = server.shared_memory
-        self.encoder = ResponseEncoder(server.shared_memory)
+        self.max_input_size = server.options.max_input_size
+        self.encoder = ResponseEncoder(server.options.max_response_size)
         self.forwarder = header_forwarder(header_forward_pattern)
         # The server looks each handler up on the instance (listener.method_handlers), so
         # an instance attribute replaces the RPC for this servicer only.
@@ -140,7 +141,7 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
                 raise unsupported(f"{_DECOUPLED_UNARY} (model '{model.name}' is decoupled: "
                                   f"use ModelStreamInfer)")
             infer_request, to_shm = decode_request(model.name, model.version, request,
-                                                   self.shm)
+                                                   self.shm, self.max_input_size)
             if self.forwarder is not None:
                 infer_request.parameters.update(
                     self.forwarder.from_grpc(context.invocation_metadata()))

@@ -38,6 +38,7 @@ from naiad.frontends.grpc.codec import (
     NOT_FINAL,
     ResponseEncoder,
     ShmTargets,
+    UndecodableRequest,
     decode_request,
     stream_empty_final,
     stream_error,
@@ -134,9 +135,12 @@ class Stream:
         server = self.server
         entry = _Entry(message, self.queue)
         try:
+            if type(message) is UndecodableRequest:
+                raise invalid_arg(message.message)
             model = server.model(message.model_name, message.model_version)
             request, entry.to_shm = decode_request(model.name, model.version, message,
-                                                   server.shared_memory)
+                                                   server.shared_memory,
+                                                   server.options.max_input_size)
             entry.empty_final = _empty_final_wanted(request)
             if self.forwarded:
                 request.parameters.update(self.forwarded)
