@@ -1,0 +1,140 @@
+"""What the deployment tests share: rendering deploy/kubernetes (kustomize) and deploy/helm (Helm's
+own engine), validating every object offline, and reading a Deployment's shutdown timings."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from collections.abc import Iterable
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import kubernetes_validate
+import pytest
+import yaml
+from referencing import Registry, Resource
+
+from naiad.cli import build_parser
+
+REPO = Path(__file__).resolve().parents[2]
+DEPLOY = REPO / "deploy"
+KUSTOMIZE = DEPLOY / "kubernetes"
+CHART = DEPLOY / "helm" / "naiad"
+KSERVE_SCHEMA = DEPLOY / "kserve" / "schemas" / "kserve-0.21.0.schema.json"
+SERVICEMONITOR_SCHEMA = KUSTOMIZE / "schemas" / "servicemonitor-v1.schema.json"
+#: the oldest and newest Kubernetes releases kubernetes-validate knows; every object must
+#: validate against both
+K8S_VERSIONS = (kubernetes_validate.utils.all_versions()[0], kubernetes_validate.latest_version())
+#: tritonserver's and naiad's default --exit-timeout-secs
+DEFAULT_EXIT_TIMEOUT_S = 30
+#: how a Deployment's container finds the command line: KServe's Triton runtime (and Triton's
+#: own chart) start with `tritonserver`, naiad's manifests with `naiad serve`
+KSERVE_KINDS = {"ClusterServingRuntime": "V1alpha1ClusterServingRuntime",
+                "ServingRuntime": "V1alpha1ServingRuntime",
+                "InferenceService": "V1beta1InferenceService"}
+
+
+def kustomize_command() -> list[str]:
+    """A renderer for kustomizations: `kustomize build`, else `kubectl kustomize` (kustomize 5
+    is inside kubectl since 1.27); skips the test when neither is installed."""
+    if found := shutil.which("kustomize"):
+        return [found, "build"]
+    if found := shutil.which("kubectl"):
+        version = subprocess.run([found, "version", "--client", "-o", "json"],
+                                 capture_output=True, text=True, timeout=60)
+        kustomize = json.loads(version.stdout or "{}").get("kustomizeVersion", "")
+        if kustomize.startswith("v5"):
+            return [found, "kustomize"]
+        pytest.skip(f"kubectl {found} bundles kustomize {kustomize or '(none)'}; "
+                    "deploy/kubernetes needs kustomize 5 (kubectl 1.27 or later)")
+    pytest.skip("neither kustomize nor kubectl is installed: deploy/kubernetes is not rendered")
+
+
+def render_kustomization(folder: Path) -> list[dict[str, Any]]:
+    rendered = subprocess.run([*kustomize_command(), str(folder)], capture_output=True,
+                              text=True, timeout=120)
+    assert rendered.returncode == 0, rendered.stderr
+    return [item for item in yaml.safe_load_all(rendered.stdout) if item]
+
+
+def render_chart(values: dict[str, Any], release: str = "demo") -> list[dict[str, Any]]:
+    """The chart rendered by Helm's own template engine (the Helm 4 Go SDK in helm-python-sdk),
+    offline, as `helm template` does."""
+    helm = pytest.importorskip("helm_python", reason="helm-python-sdk (requirements-test.txt) "
+                               "renders the Helm chart")
+    manifests = helm.Chart.load(str(CHART)).render(values, name=release, namespace="serving")
+    return [item for text in manifests.values() for item in yaml.safe_load_all(text) if item]
+
+
+@cache
+def _kubernetes_definitions() -> Resource:
+    folder = Path(kubernetes_validate.__file__).parent / "kubernetes-json-schema"
+    text = (folder / f"v{K8S_VERSIONS[1]}-local-strict" / "_definitions.json").read_text()
+    return Resource.from_contents(json.loads(text))
+
+
+@cache
+def _schema(path: Path) -> Resource:
+    return Resource.from_contents(json.loads(path.read_text()))
+
+
+def _validate_with(schema: dict[str, Any], item: dict[str, Any], *extra: Resource) -> None:
+    registry: Registry = Registry().with_resources(
+        [(resource.id(), resource) for resource in (_kubernetes_definitions(), *extra)])
+    jsonschema.Draft202012Validator(schema, registry=registry).validate(item)
+
+
+def validate(item: dict[str, Any]) -> None:
+    """One object against its schema: Kubernetes' own (strict: unknown fields refused) for both
+    ends of K8S_VERSIONS, the ServiceMonitor excerpt, or KServe's types."""
+    kind = item["kind"]
+    if kind == "ServiceMonitor":
+        _validate_with(_schema(SERVICEMONITOR_SCHEMA).contents, item)
+    elif kind in KSERVE_KINDS:
+        assert item["apiVersion"] == ("serving.kserve.io/v1beta1" if kind == "InferenceService"
+                                      else "serving.kserve.io/v1alpha1")
+        kserve = _schema(KSERVE_SCHEMA)
+        _validate_with({"$ref": f"{kserve.id()}#/$defs/{KSERVE_KINDS[kind]}"}, item, kserve)
+    else:
+        for version in K8S_VERSIONS:
+            kubernetes_validate.validate(item, version, strict=True)
+
+
+def validate_all(items: Iterable[dict[str, Any]]) -> list[str]:
+    """Validate every object; their kinds, for the caller to check that all came out."""
+    kinds = []
+    for item in items:
+        validate(item)
+        kinds.append(item["kind"])
+    return kinds
+
+
+def one(items: list[dict[str, Any]], kind: str) -> dict[str, Any]:
+    [found] = [item for item in items if item["kind"] == kind]
+    return found
+
+
+def serve_arguments(args: list[str]) -> Any:
+    """A container's args parsed by naiad's own command line (`naiad serve ...` or Triton's
+    `tritonserver ...`): a flag naiad does not take fails the test."""
+    if args[:2] == ["naiad", "serve"]:
+        args = args[2:]
+    elif args[:1] == ["tritonserver"]:
+        args = args[1:]
+    else:
+        raise AssertionError(f"the container does not start naiad: {args}")
+    return build_parser().parse_args(["serve", *args])
+
+
+def shutdown_timings(deployment: dict[str, Any]) -> tuple[int, int, int]:
+    """(terminationGracePeriodSeconds, --exit-timeout-secs, the preStop pause) of a
+    Deployment's naiad container."""
+    pod = deployment["spec"]["template"]["spec"]
+    [container] = [c for c in pod["containers"] if c["name"] == "naiad"]
+    exit_timeout = serve_arguments(container["args"]).exit_timeout_secs
+    command = container.get("lifecycle", {}).get("preStop", {}).get("exec", {}).get("command")
+    pause = int(command[1]) if command and command[0] == "sleep" else 0
+    return pod.get("terminationGracePeriodSeconds", 30), exit_timeout, pause
