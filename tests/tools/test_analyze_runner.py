@@ -10,12 +10,13 @@ import csv
 import pytest
 from analyze_fakes import MLP_CONFIG, FakeMeasure, FakeServer
 from google.protobuf import text_format
+from tritonclient.grpc import model_config_pb2
+
 from naiad_perf.analyze.checkpoint import Checkpoint, CheckpointMismatch
 from naiad_perf.analyze.report import write_outputs
 from naiad_perf.analyze.runner import Analysis, AnalysisError, AnalyzeSettings
 from naiad_perf.analyze.scoring import Constraints
 from naiad_perf.api import LoadSpec
-from tritonclient.grpc import model_config_pb2
 
 
 def settings(**changes) -> AnalyzeSettings:

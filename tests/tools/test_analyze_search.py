@@ -6,6 +6,7 @@ import copy
 
 import pytest
 from analyze_fakes import MLP_CONFIG
+
 from naiad_perf.analyze.candidates import SearchSpace, SweepBounds, describe, key
 from naiad_perf.analyze.scoring import (
     CandidateResult,
