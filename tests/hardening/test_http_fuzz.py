@@ -1,0 +1,75 @@
+"""Triton's qa/L0_http_fuzz, ported: a real fuzzer against naiad's HTTP routes. schemathesis
+reads openapi_v2.yaml (naiad's V2 routes as test data) and generates requests that fit it
+and requests that break it (wrong types, missing fields, odd path values, bodies that are not
+the media type said); hypothesis drives a bounded number of them. No answer may be a 5xx,
+and the server is alive and serving after. Short in CI, many more examples with -m long."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import requests
+import schemathesis
+import tritonclient.http as httpclient
+from hardening_support import ANSWER_TIMEOUT_S, hardening_repository
+from hypothesis import HealthCheck, Phase, given, settings
+from schemathesis import GenerationMode
+
+from naiad.testing import naiad_server
+
+SPEC = Path(__file__).with_name("openapi_v2.yaml")
+EXAMPLES = 150  # per generation mode, in CI
+LONG_EXAMPLES = 5000
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    """Its own server: the fuzzer unloads and reloads models (explicit control, so that the
+    repository routes parse their bodies)."""
+    repo = hardening_repository(tmp_path_factory.mktemp("fuzz"))
+    with naiad_server("--model-repository", str(repo), "--model-control-mode=explicit",
+                      "--load-model=*") as process:
+        yield process
+
+
+def fuzz(server, mode: GenerationMode, examples: int) -> None:
+    schema = schemathesis.openapi.from_path(SPEC)
+    base_url = f"http://{server.http_url}"
+    session = requests.Session()
+
+    @settings(max_examples=examples, deadline=None, database=None, derandomize=True,
+              phases=[Phase.generate], suppress_health_check=list(HealthCheck))
+    @given(case=schema.as_strategy(generation_mode=mode))
+    def one_request(case) -> None:
+        response = case.call(base_url=base_url, session=session, timeout=ANSWER_TIMEOUT_S)
+        assert response.status_code < 500, (
+            f"{case.method} {case.formatted_path} {case.body!r:.300} -> "
+            f"{response.status_code} {response.text[:300]}")
+
+    try:
+        one_request()
+    finally:
+        session.close()
+    assert server.process.poll() is None, server.log()[-3000:]
+    with httpclient.InferenceServerClient(server.http_url) as client:
+        client.load_model("identity_fp32")  # whatever the fuzzer did to it
+        tensor = httpclient.InferInput("INPUT0", [3], "FP32")
+        data = np.array([1, 2, 3], np.float32)
+        tensor.set_data_from_numpy(data)
+        np.testing.assert_array_equal(
+            client.infer("identity_fp32", [tensor]).as_numpy("OUTPUT0"), data)
+
+
+@pytest.mark.parametrize("mode", [GenerationMode.POSITIVE, GenerationMode.NEGATIVE],
+                         ids=["fitting", "breaking"])
+def test_fuzzed_requests_get_no_5xx(server, mode):
+    fuzz(server, mode, EXAMPLES)
+
+
+@pytest.mark.long
+@pytest.mark.parametrize("mode", [GenerationMode.POSITIVE, GenerationMode.NEGATIVE],
+                         ids=["fitting", "breaking"])
+def test_many_fuzzed_requests_get_no_5xx(server, mode):
+    fuzz(server, mode, LONG_EXAMPLES)
