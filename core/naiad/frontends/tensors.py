@@ -8,6 +8,7 @@ and a shape is checked (:func:`check_shape`) before numpy is asked for anything.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import ml_dtypes
@@ -32,7 +33,9 @@ _NUMPY_MAX_BYTES = int(np.iinfo(np.intp).max)
 # Bytes per element that a shape describes at the least: a BYTES element is a 4-byte length
 # prefix on the wire (and an 8-byte object pointer in numpy).
 _WIRE_ITEM_SIZES = {**ITEM_SIZES, "BYTES": 4}
-_NUMPY_ITEM_SIZES = {**ITEM_SIZES, "BYTES": np.dtype(object).itemsize}
+# The most elements numpy can address per datatype.
+_NUMPY_ELEMENTS = {datatype: _NUMPY_MAX_BYTES // size for datatype, size in
+                   {**ITEM_SIZES, "BYTES": np.dtype(object).itemsize}.items()}
 
 
 def check_header(model: str, name: Any, datatype: Any, shape: Any) -> tuple[int, ...]:
@@ -63,9 +66,12 @@ def check_shape(model: str, name: str, datatype: str, shape: tuple[int, ...],
     if len(shape) > NUMPY_MAX_DIMS:
         raise invalid_arg(f"input '{name}' of model '{model}': shape has {len(shape)} "
                           f"dimensions, more than the {NUMPY_MAX_DIMS} a tensor may have")
-    numpy_limit = _NUMPY_MAX_BYTES // _NUMPY_ITEM_SIZES[datatype]
+    numpy_limit = _NUMPY_ELEMENTS[datatype]
     limit = (numpy_limit if max_bytes is None
              else min(numpy_limit, max_bytes // _WIRE_ITEM_SIZES[datatype]))
+    count = math.prod(shape)
+    if 0 < count <= limit and (not shape or min(shape) > 0):
+        return count  # the usual case, decided in C: no zero, no negative, within bounds
     span = count = 1
     for dim in shape:
         if dim < 0:
