@@ -13,6 +13,7 @@ from naiad import __version__, logs, tritonserver_flags
 from naiad.errors import InferenceServerError
 from naiad.frontends.forwarding import compile_pattern
 from naiad.frontends.grpc.options import COMPRESSION_LEVELS, GRPCOptions
+from naiad.frontends.http.limits import HTTPLimits
 from naiad.frontends.restrictions import parse_restrictions
 from naiad.metrics_config import MetricsConfig, parse_metrics_config
 from naiad.models.staging import DEFAULT_MAX_BYTES
@@ -170,6 +171,35 @@ def build_parser() -> argparse.ArgumentParser:
                           "size: ask for binary or shared-memory outputs, or raise it "
                           "(naiad only; default 128 MiB, the binary answer of an identity "
                           "model to a 64 MiB input fits)")
+    net.add_argument("--http-max-header-size", type=int, default=HTTPLimits.max_header_size,
+                     metavar="BYTES",
+                     help="largest request line and header fields of one HTTP request "
+                          "together; more is refused with 431 and the connection closed "
+                          "(naiad only; default 64 KiB)")
+    net.add_argument("--http-max-header-count", type=int, default=HTTPLimits.max_header_count,
+                     metavar="N", help="most header fields of one HTTP request; more is "
+                                       "refused with 431 (naiad only; default 100)")
+    net.add_argument("--http-keepalive-timeout", type=float,
+                     default=HTTPLimits.keepalive_timeout, metavar="SECONDS",
+                     help="an HTTP connection idle this long between requests is closed. "
+                          "Longer than the idle timeout of the proxies and load balancers "
+                          "that usually sit in front (60 s for AWS ALB and ingress-nginx), so "
+                          "that they, not naiad, close idle connections and never send a "
+                          "request on one naiad is closing; lower it when clients connect "
+                          "directly (naiad only; default 75)")
+    net.add_argument("--http-header-timeout", type=float, default=HTTPLimits.header_timeout,
+                     metavar="SECONDS",
+                     help="an HTTP request must deliver its request line and headers within "
+                          "this long from its first byte, a new connection within this long "
+                          "from its accept (slow-header attacks); else 408 and the connection "
+                          "closed; hypercorn bounds that wait by --http-keepalive-timeout "
+                          "instead (naiad only; default 10)")
+    net.add_argument("--http-body-timeout", type=float, default=HTTPLimits.body_timeout,
+                     metavar="SECONDS",
+                     help="an HTTP request body that is incomplete and receives no byte for "
+                          "this long (an inactivity timeout: a large body on a slow link "
+                          "passes as long as it moves) is answered 408 and the connection "
+                          "closed (naiad only; default 30)")
     _add_flag(net, "--allow-grpc", True, "serve gRPC")
     net.add_argument("--grpc-address", default="0.0.0.0")
     net.add_argument("--grpc-port", type=int, default=8001)
@@ -339,6 +369,12 @@ def _options(args: argparse.Namespace) -> tuple[ServerOptions, Listeners]:
         reuse_http_port=args.reuse_http_port,
         http_header_forward_pattern=args.http_header_forward_pattern,
         http_restricted=parse_restrictions(args.http_restricted_api, "--http-restricted-api"),
+        http_limits=HTTPLimits(
+            max_header_size=args.http_max_header_size,
+            max_header_count=args.http_max_header_count,
+            keepalive_timeout=args.http_keepalive_timeout,
+            header_timeout=args.http_header_timeout,
+            body_timeout=args.http_body_timeout),
         grpc=GRPCOptions(
             reuse_port=args.reuse_grpc_port,
             use_ssl=args.grpc_use_ssl or args.grpc_use_ssl_mutual,
@@ -422,6 +458,13 @@ def _check(args: argparse.Namespace) -> list[str]:
         problems.append("--repository-settle-secs must not be negative")
     if args.response_cache_byte_size < 0:
         problems.append("--response-cache-byte-size must not be negative")
+    for flag in ("http_max_header_size", "http_max_header_count"):
+        if getattr(args, flag) < 1:
+            problems.append(f"--{flag.replace('_', '-')} must be at least 1")
+    for flag in ("http_keepalive_timeout", "http_header_timeout", "http_body_timeout"):
+        if not getattr(args, flag) > 0:  # NaN too
+            problems.append(f"--{flag.replace('_', '-')} must be a positive number of "
+                            f"seconds")
     # grpc core takes these as C ints; a header limit under 1 KiB refuses every call.
     for flag, low in (("grpc_max_header_size", 1024), ("grpc_idle_timeout", 0),
                       ("grpc_handshake_timeout", 1)):

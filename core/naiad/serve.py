@@ -20,6 +20,12 @@ from typing import Any
 from naiad.errors import InferenceServerError
 from naiad.frontends.grpc.options import GRPCOptions
 from naiad.frontends.http.app import HTTPFrontend
+from naiad.frontends.http.limits import (
+    HTTPLimits,
+    HypercornGuard,
+    guarded_protocol,
+    hypercorn_settings,
+)
 from naiad.frontends.metrics import metrics_app
 from naiad.frontends.restrictions import Restriction
 from naiad.server import InferenceServer, ServerOptions
@@ -50,6 +56,8 @@ class Listeners:
     http_header_forward_pattern: str = ""
     # API group -> the header a request to it must carry.
     http_restricted: dict[str, Restriction] = field(default_factory=dict)
+    # Header size and count, idle, header and body timeouts of the HTTP and metrics listeners.
+    http_limits: HTTPLimits = field(default_factory=HTTPLimits)
     grpc: GRPCOptions = field(default_factory=GRPCOptions)
 
 
@@ -95,7 +103,8 @@ def bind_sockets(host: str, port: int, reuse_port: bool = False) -> list[socket.
 class _QuietUvicorn:
     """A uvicorn server that leaves signal handling to naiad."""
 
-    def __init__(self, app: Any, host: str, port: int, reuse_port: bool = False) -> None:
+    def __init__(self, app: Any, host: str, port: int, reuse_port: bool = False,
+                 limits: HTTPLimits | None = None) -> None:
         import uvicorn
 
         class Server(uvicorn.Server):
@@ -104,8 +113,12 @@ class _QuietUvicorn:
                 yield
 
         # No proxy-header rewriting (naiad never reads the client address) and no
-        # "server: uvicorn" header: less work per request.
-        config = uvicorn.Config(app, host=host, port=port, loop="none", http="httptools",
+        # "server: uvicorn" header: less work per request. httptools behind naiad's guard
+        # (header size and count, header and body timeouts); the keep-alive is uvicorn's.
+        limits = limits or HTTPLimits()
+        config = uvicorn.Config(app, host=host, port=port, loop="none",
+                                http=guarded_protocol(limits),
+                                timeout_keep_alive=limits.keepalive_timeout,  # type: ignore[arg-type]
                                 lifespan="off", access_log=False, log_level="warning",
                                 timeout_graceful_shutdown=5, proxy_headers=False,
                                 server_header=False)
@@ -129,11 +142,15 @@ class _QuietUvicorn:
 
 
 class _Hypercorn:
-    def __init__(self, app: Any, host: str, port: int, reuse_port: bool = False) -> None:
+    def __init__(self, app: Any, host: str, port: int, reuse_port: bool = False,
+                 limits: HTTPLimits | None = None) -> None:
         from hypercorn.config import Config
 
-        self.app = app
+        limits = limits or HTTPLimits()
+        self.app = HypercornGuard(app, limits)
         self.config = Config()
+        for name, value in hypercorn_settings(limits).items():
+            setattr(self.config, name, value)
         self.host, self.port, self.reuse_port = host, port, reuse_port
         self.config.accesslog = None
         self.config.errorlog = logging.getLogger("naiad.hypercorn")
@@ -158,10 +175,10 @@ class _Hypercorn:
             await self.task
 
 
-def _http_listener(kind: str, app: Any, host: str, port: int,
-                   reuse_port: bool = False) -> _QuietUvicorn | _Hypercorn:
+def _http_listener(kind: str, app: Any, host: str, port: int, reuse_port: bool = False,
+                   limits: HTTPLimits | None = None) -> _QuietUvicorn | _Hypercorn:
     listener = _QuietUvicorn if kind == "uvicorn" else _Hypercorn
-    return listener(app, host, port, reuse_port)
+    return listener(app, host, port, reuse_port, limits)
 
 
 async def serve(options: ServerOptions, listeners: Listeners) -> int:
@@ -198,7 +215,7 @@ async def serve(options: ServerOptions, listeners: Listeners) -> int:
                 header_forward_pattern=listeners.http_header_forward_pattern)
             http = _http_listener(listeners.http_server, frontend,
                                   listeners.http_address, listeners.http_port,
-                                  listeners.reuse_http_port)
+                                  listeners.reuse_http_port, listeners.http_limits)
             await http.start()
             started.append(http)
             log.info("HTTP service at %s:%d (%s)", listeners.http_address, listeners.http_port,
@@ -207,7 +224,7 @@ async def serve(options: ServerOptions, listeners: Listeners) -> int:
             metrics = _http_listener("uvicorn", metrics_app(server, listeners.allow_cpu_metrics,
                                                  listeners.allow_gpu_metrics),
                                      listeners.metrics_address,
-                                     listeners.metrics_port)
+                                     listeners.metrics_port, limits=listeners.http_limits)
             await metrics.start()
             started.append(metrics)
             log.info("metrics at http://%s:%d/metrics", listeners.metrics_address,

@@ -35,6 +35,7 @@ from naiad.errors import InferenceServerError, http_status, invalid_arg
 from naiad.frontends.forwarding import header_forwarder
 from naiad.frontends.http.body import compress, decompress, pick_encoding, read_body
 from naiad.frontends.http.codec import HEADER_LENGTH, decode_request, encode_response, error_body
+from naiad.frontends.http.control import UNSUPPORTED_MEDIA_TYPE, content_type_refusal
 from naiad.frontends.http.generate import GenerateEndpoint
 from naiad.frontends.restrictions import (
     HTTP_REFUSAL_STATUS,
@@ -118,19 +119,32 @@ def _split_infer_path(path: str) -> tuple[str, str] | None:
     return None
 
 
-class _RestrictedRoute(Route):
-    """A route of a restricted API group: without the header, the request is refused."""
+# API groups whose POSTs change the server: their content type is checked (.control).
+CONTROL_GROUPS = frozenset({"model-repository", "shared-memory", "logging", "trace"})
+
+
+class _CheckedRoute(Route):
+    """A route whose requests are checked before its endpoint runs: the header of a
+    restricted API group (first, even before the method, as tritonserver does), then the
+    content type of a control POST (naiad.frontends.http.control)."""
 
     def __init__(self, path: str, endpoint: Any, *, methods: list[str] | None,
-                 requirement: HTTPRequirement) -> None:
+                 requirement: HTTPRequirement | None, control: bool) -> None:
         super().__init__(path, endpoint, methods=methods)
         self.requirement = requirement
+        self.control = control
 
     async def handle(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if self.requirement.met_by(scope["headers"]):
-            await super().handle(scope, receive, send)
-        else:
-            await _refuse(send, self.requirement)
+        requirement = self.requirement
+        if requirement is not None and not requirement.met_by(scope["headers"]):
+            await _refuse(send, requirement)
+            return
+        if self.control and scope["method"] == "POST":
+            refusal = content_type_refusal(scope["headers"], scope["path"])
+            if refusal is not None:
+                await _send(send, UNSUPPORTED_MEDIA_TYPE, error_body(refusal), None, None)
+                return
+        await super().handle(scope, receive, send)
 
 
 class HTTPFrontend:
@@ -147,6 +161,7 @@ class HTTPFrontend:
                  header_forward_pattern: str = "") -> None:
         self.server = server
         self.limit = server.options.max_input_size
+        self.max_response_size = server.options.max_response_size
         self.requirements = http_requirements(restricted or {})
         self.forwarder = header_forwarder(header_forward_pattern)
         inference = self.requirements.get("inference")
@@ -228,7 +243,8 @@ class HTTPFrontend:
             # one serving in its place when that one retired meanwhile (server._enter).
             payload, json_length = encode_response(request, answer(request, response),
                                                    request.model_version,
-                                                   server.shared_memory)
+                                                   server.shared_memory,
+                                                   self.max_response_size)
         except InferenceServerError as exc:
             await _send(send, http_status(exc), error_body(exc.message), None, None)
             return
@@ -301,11 +317,12 @@ class HTTPFrontend:
         routes = []
         for path, endpoint, methods, group in table:
             requirement = self.requirements.get(group)
-            if requirement is None:
+            control = group in CONTROL_GROUPS and methods is not None and "POST" in methods
+            if requirement is None and not control:
                 routes.append(Route(path, endpoint, methods=methods))
             else:
-                routes.append(_RestrictedRoute(path, endpoint, methods=methods,
-                                               requirement=requirement))
+                routes.append(_CheckedRoute(path, endpoint, methods=methods,
+                                            requirement=requirement, control=control))
         return routes
 
     async def live(self, request: Request) -> Response:

@@ -11,7 +11,7 @@ from typing import Any
 
 import orjson
 
-from naiad.errors import invalid_arg
+from naiad.errors import InferenceServerError, Status, invalid_arg
 from naiad.frontends.tensors import (
     check_header,
     from_list,
@@ -23,7 +23,7 @@ from naiad.frontends.tensors import (
     to_raw,
 )
 from naiad.shm import SharedMemoryRegistry
-from naiad.types import InferenceRequest, InferenceResponse, RequestedOutput
+from naiad.types import InferenceRequest, InferenceResponse, RequestedOutput, Tensor
 
 HEADER_LENGTH = "inference-header-content-length"
 
@@ -185,15 +185,104 @@ def _check_output(registry: SharedMemoryRegistry, model_name: str, name: str,
     requested_output_target(registry, model_name, name, params)
 
 
+# The bytes one element takes in a JSON answer, its comma included: (fewest, most). Floats
+# are written as the shortest text of a double, "0.0" to "-2.2250738585072014e-308".
+_JSON_ELEMENT_BYTES = {
+    "BOOL": (5, 6), "INT8": (2, 5), "INT16": (2, 7), "INT32": (2, 12), "INT64": (2, 21),
+    "UINT8": (2, 4), "UINT16": (2, 6), "UINT32": (2, 11), "UINT64": (2, 21),
+    "FP16": (4, 25), "BF16": (4, 25), "FP32": (4, 25), "FP64": (4, 25),
+}
+# A BYTES element: its quotes and comma, and at most 6 bytes per byte or character
+# ("\u0000"; a byte that is not UTF-8 becomes a 2-byte character).
+_JSON_STRING_OVERHEAD, _JSON_STRING_MAX_PER_BYTE = 3, 6
+# Data that may not fit the limit is written this many elements at a time, the total
+# checked after each: the memory held is bounded by the limit, not by the tensor.
+_JSON_CHUNK_ELEMENTS = 65536
+
+
+def response_too_large(model: str, limit: int, size: int, output: str, exact: bool,
+                       as_json: bool = True) -> InferenceServerError:
+    """RESOURCE_EXHAUSTED (HTTP 413): the answer to a valid request exceeds
+    ``--max-response-size``. A 4xx rather than a 5xx: it would be as large on a retry."""
+    amount = f"{size} bytes" if exact else f"at least {size} bytes"
+    instead = "as binary data or in shared memory" if as_json else "in shared memory"
+    return InferenceServerError(
+        f"the response of model '{model}' exceeds --max-response-size ({limit} bytes): it "
+        f"takes {amount}, most of it output '{output}'; request that output {instead}, or "
+        f"raise the limit", Status.RESOURCE_EXHAUSTED)
+
+
+def _json_bounds(tensor: Tensor) -> tuple[int, int | None]:
+    """The fewest and most bytes of ``tensor``'s data as a JSON list (most: None when it
+    cannot be told without writing it)."""
+    count = int(tensor.data.size)
+    if tensor.datatype != "BYTES":
+        low, high = _JSON_ELEMENT_BYTES[tensor.datatype]
+        return 2 + low * count, 2 + high * count
+    try:
+        length = sum(map(len, tensor.data.reshape(-1)))
+    except TypeError:  # elements that are not bytes or strings
+        return 2 + _JSON_STRING_OVERHEAD * count, None
+    return (2 + _JSON_STRING_OVERHEAD * count + length,
+            2 + _JSON_STRING_OVERHEAD * count + _JSON_STRING_MAX_PER_BYTE * 4 * length)
+
+
+def _json_data_within(tensor: Tensor, budget: int) -> tuple[orjson.Fragment | None, int]:
+    """``tensor``'s data as a JSON list, written in chunks, and its size; (None, the size
+    so far) as soon as that exceeds ``budget`` bytes."""
+    flat = tensor.data.reshape(-1)
+    parts: list[bytes] = []
+    size = 2
+    for start in range(0, flat.size, _JSON_CHUNK_ELEMENTS):
+        chunk = flat[start:start + _JSON_CHUNK_ELEMENTS]
+        text = orjson.dumps(to_list(Tensor(tensor.name, tensor.datatype, chunk.shape, chunk)))
+        size += len(text) - 2 + (1 if parts else 0)
+        if size > budget:
+            return None, size
+        parts.append(text[1:-1])
+    return orjson.Fragment(b"[" + b",".join(parts) + b"]"), size
+
+
+def _write_json_data(model: str, pending: list[tuple[dict[str, Any], Tensor]], spent: int,
+                     limit: int | None) -> None:
+    """Put each pending output's JSON data in its entry. With a ``limit``, refuse before
+    writing when even the shortest text would exceed it, and write chunk by chunk, checking,
+    when the longest could."""
+    if limit is None:
+        for entry, tensor in pending:
+            entry["data"] = to_list(tensor)
+        return
+    bounds = [_json_bounds(tensor) for _, tensor in pending]
+    low = spent + sum(b[0] for b in bounds)
+    if low > limit:
+        largest = max(range(len(pending)), key=lambda i: bounds[i][0])
+        raise response_too_large(model, limit, low, pending[largest][1].name, False)
+    if all(b[1] is not None for b in bounds) and \
+            spent + sum(b[1] for b in bounds) <= limit:  # type: ignore[misc]
+        for entry, tensor in pending:
+            entry["data"] = to_list(tensor)
+        return
+    low -= spent
+    for (entry, tensor), (low_one, _) in zip(pending, bounds, strict=True):
+        low -= low_one  # what the outputs after this one take at least
+        data, size = _json_data_within(tensor, limit - spent - low)
+        if data is None:
+            raise response_too_large(model, limit, spent + size + low, tensor.name, False)
+        entry["data"] = data
+        spent += size
+
+
 def encode_response(request: InferenceRequest, response: InferenceResponse, version: int,
-                    registry: SharedMemoryRegistry) -> tuple[bytes, int | None]:
+                    registry: SharedMemoryRegistry, max_size: int | None = None
+                    ) -> tuple[bytes, int | None]:
     """The response body and, when binary tensors follow the JSON, the JSON's length.
 
     As tritonserver: ``binary_data_output`` applies when the request names no outputs; a
     named output is binary only with its own ``binary_data`` true. An output written to
     shared memory is listed with its name, datatype and shape only (no ``parameters``: the
     client knows where it asked for it, and perf_analyzer reads ``parameters`` as binary
-    data)."""
+    data). A body that would exceed ``max_size`` bytes (``--max-response-size``) is refused
+    before it is built where bounds tell, else as soon as it is known."""
     binary_default = False
     wanted: dict[str, dict[str, Any]] = {}
     if request.requested_outputs is None:
@@ -202,6 +291,9 @@ def encode_response(request: InferenceRequest, response: InferenceResponse, vers
         wanted = {o.name: o.parameters for o in request.requested_outputs}
     outputs = []
     chunks: list[bytes | memoryview] = []
+    pending: list[tuple[dict[str, Any], Tensor]] = []  # outputs to write as JSON
+    binary_size = 0
+    largest = ("", -1)  # the output that takes the most binary bytes
     for tensor in response.outputs:
         params = wanted.get(tensor.name) or {}
         entry: dict[str, Any] = {
@@ -219,9 +311,17 @@ def encode_response(request: InferenceRequest, response: InferenceResponse, vers
             raw = to_raw(tensor)
             entry["parameters"] = {"binary_data_size": len(raw)}
             chunks.append(raw)
+            binary_size += len(raw)
+            if len(raw) > largest[1]:
+                largest = (tensor.name, len(raw))
         else:
-            entry["data"] = to_list(tensor)
+            pending.append((entry, tensor))
         outputs.append(entry)
+    if max_size is not None and binary_size > max_size:
+        raise response_too_large(request.model_name, max_size, binary_size, largest[0], False,
+                                 as_json=False)
+    if pending:
+        _write_json_data(request.model_name, pending, binary_size, max_size)
     # tritonserver's key order: id, model_name, model_version, parameters, outputs
     doc: dict[str, Any] = {"id": request.id} if request.id else {}
     doc["model_name"] = request.model_name
@@ -230,6 +330,11 @@ def encode_response(request: InferenceRequest, response: InferenceResponse, vers
         doc["parameters"] = response.parameters
     doc["outputs"] = outputs
     header = orjson.dumps(doc)
+    if max_size is not None and len(header) + binary_size > max_size:
+        name = max(pending, key=lambda item: item[1].data.size)[1].name if pending \
+            else largest[0]
+        raise response_too_large(request.model_name, max_size, len(header) + binary_size,
+                                 name, True, as_json=bool(pending))
     if not chunks:
         return header, None
     return b"".join([header, *chunks]), len(header)

@@ -1,0 +1,46 @@
+"""Control requests a web page must not be able to send: the content type of POSTs to the
+repository, shared-memory, logging and trace APIs.
+
+A browser sends a cross-site POST without asking the server first (no CORS preflight) only
+when its Content-Type is ``text/plain``, ``application/x-www-form-urlencoded`` or
+``multipart/form-data``, or when it has none (a fetch of a Blob or ArrayBuffer); any other
+type needs a preflight, which naiad never grants (it answers ``OPTIONS`` with 405 and no
+``Access-Control-Allow-*`` header). So a control POST is accepted with:
+
+- ``application/json`` (any parameters, such as a charset): what the API speaks;
+- ``application/octet-stream``: what ``tritonclient.http.aio`` (aiohttp) labels its JSON;
+- no Content-Type from a client that is not a browser, as ``tritonclient.http`` sends it.
+  A browser's POST always carries ``Origin``: with an Origin, a type is required.
+
+Anything else is refused with 415 before the body is read. Inference requests (``infer``,
+``generate``) are not control requests and are not checked.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+UNSUPPORTED_MEDIA_TYPE = 415
+ACCEPTED_MEDIA_TYPES = frozenset({b"application/json", b"application/octet-stream"})
+
+
+def content_type_refusal(headers: Iterable[tuple[bytes, bytes]], path: str) -> str | None:
+    """Why a control POST with these (lowercase-named) headers is refused, or None."""
+    content_type = None
+    from_browser = False
+    for name, value in headers:
+        if name == b"content-type":
+            content_type = value
+        elif name == b"origin":
+            from_browser = True
+    if content_type is None:
+        if not from_browser:
+            return None
+        return (f"POST {path} from a web page (the request has an Origin header) must be sent "
+                f"with Content-Type: application/json")
+    media_type = content_type.partition(b";")[0].strip().lower()
+    if media_type in ACCEPTED_MEDIA_TYPES:
+        return None
+    shown = media_type.decode("latin-1")[:60]
+    return (f"POST {path} must be sent with Content-Type: application/json, not "
+            f"'{shown}'")

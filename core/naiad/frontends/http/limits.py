@@ -1,0 +1,357 @@
+"""Connection limits of the HTTP listeners: how large a request's header block may be, how
+many header fields it may have, and how long a connection may stay idle, take to send its
+headers, or stall in the middle of a body.
+
+Neither ASGI server enforces all of these on its own (uvicorn with httptools has no header
+limit at all and times out only idle connections that already answered a request), so:
+
+- on uvicorn (the default), :class:`GuardedHttpToolsProtocol`, uvicorn's httptools protocol
+  with a small state machine around the parser: one comparison per read and per parser
+  event when a request's headers arrive in one read, as they nearly always do; timers only
+  for requests whose headers or body span reads;
+- on hypercorn, its own settings (``h11_max_incomplete_size``, ``h2_max_header_list_size``,
+  ``keep_alive_timeout``) and :class:`HypercornGuard`, an ASGI wrapper for the header count
+  and the body timeout. Hypercorn's idle timer runs from the end of one response (or the
+  connection's start) to the end of the next request's headers, so there the header
+  timeout is the keep-alive timeout; its 431 has an empty body.
+
+A refused request is answered (431, or 408 when a timeout strikes before anything was
+written) with ``Connection: close`` and a short JSON error naming the setting; the
+connection then closes. A connection idle between requests, or a new one that never sends
+a byte, is closed without an answer, as nginx does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from dataclasses import dataclass
+from typing import Any
+
+import httptools
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+from naiad.frontends.http.codec import error_body
+
+BYTES = 1
+KIB = 1024 * BYTES
+SECONDS = 1.0
+
+# After a refusal the answer is written and the sending side shut; what the client still
+# sends is read and dropped for at most this long, so that closing does not reset the
+# connection (a TCP reset may destroy the answer before the client reads it).
+LINGER_SECONDS = 2 * SECONDS
+
+
+@dataclass(frozen=True)
+class HTTPLimits:
+    """The limits of one HTTP listener (``naiad serve`` flags in brackets)."""
+
+    # [--http-max-header-size] bytes of the request line and header fields together.
+    max_header_size: int = 64 * KIB
+    # [--http-max-header-count] header fields in one request.
+    max_header_count: int = 100
+    # [--http-keepalive-timeout] seconds a connection may stay idle between requests.
+    keepalive_timeout: float = 75 * SECONDS
+    # [--http-header-timeout] seconds from a request's first byte (on a new connection: from
+    # its accept) until its header block is complete.
+    header_timeout: float = 10 * SECONDS
+    # [--http-body-timeout] seconds a request body may stall: the longest wait for the next
+    # bytes while it is incomplete (an inactivity timeout, not a bound on the whole body).
+    body_timeout: float = 30 * SECONDS
+
+    def header_size_refusal(self) -> str:
+        return (f"the request line and header fields exceed --http-max-header-size "
+                f"({self.max_header_size} bytes)")
+
+    def header_count_refusal(self, count: int) -> str:
+        return (f"the request has {count} header fields, more than --http-max-header-count "
+                f"({self.max_header_count})")
+
+    def header_timeout_refusal(self) -> str:
+        return (f"the request's header fields did not arrive within --http-header-timeout "
+                f"({self.header_timeout:g} s)")
+
+    def body_timeout_refusal(self) -> str:
+        return (f"the request body stalled: no bytes for --http-body-timeout "
+                f"({self.body_timeout:g} s) before it was complete")
+
+
+HEADER_FIELDS_TOO_LARGE = 431
+REQUEST_TIMEOUT = 408
+_REASONS = {HEADER_FIELDS_TOO_LARGE: b"Request Header Fields Too Large",
+            REQUEST_TIMEOUT: b"Request Timeout"}
+
+
+def refusal_bytes(status: int, message: str) -> bytes:
+    """A whole HTTP/1.1 answer that closes the connection: status, JSON error body."""
+    body = error_body(message)
+    return b"".join([
+        b"HTTP/1.1 %d %s\r\n" % (status, _REASONS[status]),
+        b"content-type: application/json\r\ncontent-length: %d\r\n" % len(body),
+        b"connection: close\r\n\r\n", body])
+
+
+# Where a connection's parser stands.
+_IDLE = 0      # between requests: nothing of the next one received
+_HEADERS = 1   # inside a request's header block
+_BODY = 2      # headers complete, body not yet
+_DONE = 3      # the whole request received (the application may still be answering it)
+_CLOSING = 4   # refused: the answer is written, what arrives is dropped
+
+
+class _Refused(Exception):
+    """Raised in a parser callback to stop parsing a refused request."""
+
+
+class GuardedHttpToolsProtocol(HttpToolsProtocol):
+    """uvicorn's httptools protocol, with :class:`HTTPLimits` enforced.
+
+    The header block is measured in reads: a read that ends inside it counts whole, so an
+    endless header line is refused once the bytes received exceed the limit; when the block
+    ends in a read that could take it over the limit, its exact size is computed from what
+    the parser delivered. The keep-alive timeout after a response is uvicorn's own timer.
+    """
+
+    def __init__(self, *args: Any, limits: HTTPLimits, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.limits = limits
+        self._phase = _IDLE
+        self._header_bytes = 0  # of the current header block, in reads before this one
+        self._read_size = 0
+        self._begun = 0  # requests that began in the current read
+        self._timer: asyncio.TimerHandle | None = None
+        self._body_seen = 0.0  # loop time when body bytes last arrived
+        self._refusal: tuple[int, str] | None = None
+
+    # --- asyncio.Protocol --------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        # A new connection must send a whole request head within the header timeout.
+        self._timer = self.loop.call_later(self.limits.header_timeout, self._header_timeout)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._cancel_timer()
+        super().connection_lost(exc)
+
+    def data_received(self, data: bytes) -> None:
+        if self._phase == _CLOSING:
+            return
+        # As uvicorn's, with a refusal raised in a parser callback answered as such.
+        self._unset_keepalive_if_required()
+        start, self._begun, self._read_size = self._phase, 0, len(data)
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserCallbackError:
+            if self._refusal is None:
+                raise
+            self._refuse(*self._refusal)
+            return
+        except httptools.HttpParserError:
+            self.logger.warning("Invalid HTTP request received.")
+            self.send_400_response("Invalid HTTP request received.")
+            return
+        except httptools.HttpParserUpgrade:
+            if self._should_upgrade():
+                self.handle_websocket_upgrade()
+            else:
+                self._unsupported_upgrade_warning()
+        phase = self._phase
+        if phase == _HEADERS:  # the read ended inside a header block
+            if not self._begun:
+                self._header_bytes += len(data)
+            elif self._begun == 1 and start in (_IDLE, _DONE):
+                self._header_bytes = len(data)  # the request began with this read
+            else:  # pipelined: it began after another request in this read
+                self._header_bytes = self._parsed_header_size()
+            if self._header_bytes > self.limits.max_header_size:
+                self._refuse(HEADER_FIELDS_TOO_LARGE, self.limits.header_size_refusal())
+            elif self._timer is None:
+                self._timer = self.loop.call_later(self.limits.header_timeout,
+                                                   self._header_timeout)
+        elif phase == _BODY:  # the read ended inside a body
+            self._body_seen = self.loop.time()
+            if self._timer is None:
+                self._timer = self.loop.call_later(self.limits.body_timeout,
+                                                   self._body_timeout)
+
+    # --- httptools callbacks ---------------------------------------------------------------
+
+    def on_message_begin(self) -> None:
+        self._phase = _HEADERS
+        self._begun += 1
+        super().on_message_begin()
+
+    def on_headers_complete(self) -> None:
+        limits = self.limits
+        # Reads before this one, plus this one: more than the header block when the read
+        # carries body bytes or another request, so the exact size is taken only then.
+        if self._header_bytes + self._read_size > limits.max_header_size and \
+                self._parsed_header_size() > limits.max_header_size:
+            self._refusal = (HEADER_FIELDS_TOO_LARGE, limits.header_size_refusal())
+            raise _Refused
+        if len(self.headers) > limits.max_header_count:
+            self._refusal = (HEADER_FIELDS_TOO_LARGE,
+                             limits.header_count_refusal(len(self.headers)))
+            raise _Refused
+        self._phase = _BODY
+        self._header_bytes = 0
+        if self._timer is not None:
+            self._cancel_timer()
+        super().on_headers_complete()
+
+    def on_message_complete(self) -> None:
+        self._phase = _DONE
+        if self._timer is not None:
+            self._cancel_timer()
+        super().on_message_complete()
+
+    # --- limits ------------------------------------------------------------------------------
+
+    def _parsed_header_size(self) -> int:
+        """The bytes of the current request's line and complete header fields, as sent
+        without optional white space."""
+        size = len(self.url) + 16  # method, spaces, "HTTP/1.1\r\n", the blank line
+        for name, value in self.headers:
+            size += len(name) + len(value) + 4
+        return size
+
+    def _cancel_timer(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def _header_timeout(self) -> None:
+        self._timer = None
+        if self._phase == _IDLE:
+            # A new connection that never sent a byte: nothing to answer.
+            self.transport.close()
+        elif self._phase == _HEADERS:
+            self._refuse(REQUEST_TIMEOUT, self.limits.header_timeout_refusal())
+
+    def _body_timeout(self) -> None:
+        self._timer = None
+        if self._phase != _BODY:
+            return
+        now = self.loop.time()
+        if self.flow.read_paused:
+            # The application is not reading the body: the client is not the one stalling.
+            self._body_seen = now
+        left = self._body_seen + self.limits.body_timeout - now
+        if left > 0:  # bytes arrived meanwhile: look again when the timeout could expire
+            self._timer = self.loop.call_later(left, self._body_timeout)
+            return
+        self._refuse(REQUEST_TIMEOUT, self.limits.body_timeout_refusal())
+
+    def _refuse(self, status: int, message: str) -> None:
+        """Answer ``status`` if nothing of an answer was written yet, then close; from
+        now on what arrives is dropped."""
+        in_body = self._phase == _BODY  # else the request has no cycle of its own yet
+        self._phase = _CLOSING
+        self._cancel_timer()
+        self._unset_keepalive_if_required()
+        transport = self.transport
+        if transport.is_closing():
+            return
+        cycle = self.cycle
+        if cycle is not None and not cycle.response_complete:
+            if not in_body:
+                # The application still answers the previous request (pipelined): that
+                # answer goes out, then the connection closes.
+                cycle.keep_alive = False
+                return
+            if cycle.response_started:
+                transport.close()  # answered early; the client owes a body it never sends
+                return
+            # The application waits for this body: it sees a disconnect, and whatever it
+            # would answer is dropped.
+            cycle.disconnected = True
+            cycle.message_event.set()
+        transport.write(refusal_bytes(status, message))
+        if transport.can_write_eof():
+            transport.write_eof()  # the answer, then FIN; a client's EOF closes at once
+            self.loop.call_later(LINGER_SECONDS, transport.close)
+        else:
+            transport.close()
+
+
+def guarded_protocol(limits: HTTPLimits) -> Any:
+    """The protocol factory to give uvicorn's ``Config(http=...)``."""
+    return functools.partial(GuardedHttpToolsProtocol, limits=limits)
+
+
+def hypercorn_settings(limits: HTTPLimits) -> dict[str, Any]:
+    """The hypercorn ``Config`` attributes that carry :class:`HTTPLimits`."""
+    return {
+        "h11_max_incomplete_size": limits.max_header_size,  # 431 past it (empty body)
+        "h2_max_header_list_size": limits.max_header_size,
+        # idle between requests, and from a response to the next request's headers
+        "keep_alive_timeout": limits.keepalive_timeout,
+    }
+
+
+class HypercornGuard:
+    """The ASGI application as hypercorn serves it: the header count checked, the body read
+    under the body timeout. (uvicorn's protocol does both without this wrapper.)"""
+
+    def __init__(self, app: Any, limits: HTTPLimits) -> None:
+        self.app = app
+        self.limits = limits
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        limits = self.limits
+        count = len(scope["headers"])
+        if count > limits.max_header_count:
+            await _answer_and_close(send, HEADER_FIELDS_TOO_LARGE,
+                                    limits.header_count_refusal(count))
+            return
+        body = _TimedBody(receive, send, limits)
+        await self.app(scope, body.receive, body.send)
+
+
+class _TimedBody:
+    """``receive`` with the body timeout while the body is incomplete; after a timeout the
+    application sees a disconnect and what it sends is dropped."""
+
+    def __init__(self, receive: Any, send: Any, limits: HTTPLimits) -> None:
+        self._receive, self._send, self.limits = receive, send, limits
+        self.more_body = True
+        self.started = False
+        self.timed_out = False
+
+    async def receive(self) -> dict:
+        if self.timed_out:
+            return {"type": "http.disconnect"}
+        if not self.more_body:
+            return await self._receive()  # type: ignore[no-any-return]
+        try:
+            message = await asyncio.wait_for(self._receive(), self.limits.body_timeout)
+        except asyncio.TimeoutError:
+            self.timed_out = True
+            if not self.started:
+                self.started = True
+                await _answer_and_close(self._send, REQUEST_TIMEOUT,
+                                        self.limits.body_timeout_refusal())
+            return {"type": "http.disconnect"}
+        if message["type"] == "http.request" and not message.get("more_body", False):
+            self.more_body = False
+        return message  # type: ignore[no-any-return]
+
+    async def send(self, message: dict) -> None:
+        if self.timed_out:
+            return
+        if message["type"] == "http.response.start":
+            self.started = True
+        await self._send(message)
+
+
+async def _answer_and_close(send: Any, status: int, message: str) -> None:
+    body = error_body(message)
+    await send({"type": "http.response.start", "status": status, "headers": [
+        (b"content-type", b"application/json"), (b"content-length", b"%d" % len(body)),
+        (b"connection", b"close")]})
+    await send({"type": "http.response.body", "body": body})
