@@ -6,13 +6,13 @@ Run by hand when KServe's version moves (tests/deploy validates against the file
 
 The source is the kserve distribution's generated models (kserve/models/*.py: openapi-generator's
 output for KServe's OpenAPI document, pkg/openapi/swagger.json, made from the same Go types
-controller-gen turns into the CRDs): each model's fields (``attribute_map``), their types (``openapi_types``) and the
-fields its setters refuse to leave unset (required). The files are read, not imported (the SDK's
-dependencies are not needed). Kubernetes' own types (V1Container, V1ObjectMeta, ...) become
-references into kubernetes-validate's strict definitions
-("https://kubernetes.io/api/_definitions.json#/$defs/io.k8s...."), resolved by the test.
-Unknown fields are refused (additionalProperties: false): the API server would prune them,
-kubectl --validate=strict refuses them.
+controller-gen turns into the CRDs): each model's fields (``attribute_map``), their types
+(``openapi_types``) and the fields its setters refuse to leave unset (required). The files are
+read, not imported (the SDK's dependencies are not needed). Kubernetes' own types
+(V1Container, V1ObjectMeta, ...) become references into kubernetes-validate's strict
+definitions ("https://kubernetes.io/api/_definitions.json#/$defs/io.k8s...."), resolved by
+the test. Unknown fields are refused (additionalProperties: false): the API server would prune
+them, kubectl --validate=strict refuses them.
 """
 
 from __future__ import annotations
