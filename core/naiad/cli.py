@@ -16,6 +16,9 @@ from naiad.frontends.grpc.options import COMPRESSION_LEVELS, GRPCOptions
 from naiad.frontends.http.limits import HTTPLimits
 from naiad.frontends.restrictions import parse_restrictions
 from naiad.metrics_config import MetricsConfig, parse_metrics_config
+from naiad.models.limits import DEFAULT_MAX_CONFIG_TENSOR_BYTES, DEFAULT_MAX_PRIORITY_LEVELS
+from naiad.models.paths import name_problem, repository_problems
+from naiad.models.progress import DEFAULT_PROGRESS_S
 from naiad.models.staging import DEFAULT_MAX_BYTES
 from naiad.plugins import installed_plugins
 from naiad.repository.mirror import MirrorSettings
@@ -134,9 +137,28 @@ def build_parser() -> argparse.ArgumentParser:
               "ready only when every model is ready")
     repo.add_argument("--exit-timeout-secs", type=int, default=30, metavar="SECONDS",
                       help="how long shutdown waits for in-flight requests (default 30)")
+    repo.add_argument("--exit-grace-secs", type=float, default=10.0, metavar="SECONDS",
+                      help="past --exit-timeout-secs: how long ending the requests left, "
+                           "unloading and closing the listeners may take before the process "
+                           "exits anyway, naming the models still running (naiad only; "
+                           "default 10)")
     repo.add_argument("--max-instances-per-model", type=int, default=64, metavar="N",
                       help="the most instances one model version may have; a larger "
                            "instance_group fails to load (naiad only; default 64)")
+    repo.add_argument("--max-priority-levels", type=int, default=DEFAULT_MAX_PRIORITY_LEVELS,
+                      metavar="N",
+                      help="the most dynamic_batching priority_levels a model may have; more "
+                           "fails its load (naiad only; default 1000)")
+    repo.add_argument("--max-config-tensor-bytes", type=int,
+                      default=DEFAULT_MAX_CONFIG_TENSOR_BYTES, metavar="BYTES",
+                      help="the most bytes of a tensor built from a model configuration (a "
+                           "model_warmup sample with its batch, a sequence state's initial "
+                           "value); larger fails the load (naiad only; default 256 MiB)")
+    repo.add_argument("--model-load-progress-secs", type=float, default=DEFAULT_PROGRESS_S,
+                      metavar="SECONDS",
+                      help="a slow load step (configuration, initialize, warmup, repository "
+                           "download) logs that it still runs this often; 0: never (naiad "
+                           "only; default 10)")
     repo.add_argument("--load-files-directory", default="", metavar="PATH",
                       help="where models deployed through the load API (file: parameters) "
                            "are written, each load in a private folder removed when no "
@@ -332,7 +354,11 @@ def _options(args: argparse.Namespace) -> tuple[ServerOptions, Listeners]:
         disable_auto_complete_config=args.disable_auto_complete_config,
         exit_on_error=args.exit_on_error,
         exit_timeout_secs=args.exit_timeout_secs,
+        exit_grace_secs=args.exit_grace_secs,
         max_instances_per_model=args.max_instances_per_model,
+        max_priority_levels=args.max_priority_levels,
+        max_config_tensor_bytes=args.max_config_tensor_bytes,
+        model_load_progress_secs=args.model_load_progress_secs,
         strict_readiness=args.strict_readiness,
         model_control_mode=args.model_control_mode,
         load_models=args.load_model,
@@ -443,10 +469,17 @@ def _check(args: argparse.Namespace) -> list[str]:
         problems.append("--load-model=* must be the only --load-model")
     if " " in args.model_config_name:
         problems.append("--model-config-name must not contain spaces")
+    if args.model_config_name and (name_problem(args.model_config_name)
+                                   or "/" in args.model_config_name):
+        problems.append("--model-config-name must be a file name (no '/', no '..')")
     for flag in ("model_load_thread_count", "repository_poll_secs", "max_instances_per_model",
-                 "max_response_size"):
+                 "max_response_size", "max_priority_levels", "max_config_tensor_bytes"):
         if getattr(args, flag) < 1:
             problems.append(f"--{flag.replace('_', '-')} must be at least 1")
+    if args.model_load_progress_secs < 0:
+        problems.append("--model-load-progress-secs must not be negative")
+    if args.exit_grace_secs < 0 or args.exit_timeout_secs < 0:
+        problems.append("--exit-timeout-secs and --exit-grace-secs must not be negative")
     if args.model_load_retry_count < 0:
         problems.append("--model-load-retry-count must not be negative")
     if args.load_files_max_size < 0:
@@ -539,6 +572,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         options, listeners = _options(args)
     except ValueError as exc:  # a restriction that does not parse
         problems.append(str(exc))
+    if not problems:  # the repositories exist and can be read: usage errors too (exit 2)
+        problems = repository_problems(args.model_repository)
     if problems:
         for problem in problems:
             print(f"naiad serve: error: {problem}", file=sys.stderr)

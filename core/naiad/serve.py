@@ -28,6 +28,7 @@ from naiad.frontends.http.limits import (
 )
 from naiad.frontends.metrics import metrics_app
 from naiad.frontends.restrictions import Restriction
+from naiad.models.lifecycle import EXIT_USAGE, ShutdownWatchdog, exit_status, start_models
 from naiad.server import InferenceServer, ServerOptions
 
 log = logging.getLogger("naiad")
@@ -187,17 +188,13 @@ async def serve(options: ServerOptions, listeners: Listeners) -> int:
         server = InferenceServer(options)
     except InferenceServerError as exc:  # a repository source or cache that cannot be had
         log.error("cannot start: %s", exc.message)
-        return 1
+        return EXIT_USAGE
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
-    try:
-        await server.start()
-    except RuntimeError as exc:
-        log.error("%s", exc)
-        await server.shutdown(0)
-        return 1
+    # Live before the listeners start, ready once the start-up models are loaded (below).
+    server.open()
     started: list[Any] = []
     grpc_server = None
     exit_code = 0
@@ -233,14 +230,19 @@ async def serve(options: ServerOptions, listeners: Listeners) -> int:
         log.error("failed to start a listener: %s", exc)
         exit_code = 1
         stop.set()
+    if not exit_code:
+        exit_code = await start_models(server, stop)
     await stop.wait()
     log.info("shutting down")
-    await server.shutdown(options.exit_timeout_secs)
+    watchdog = ShutdownWatchdog(server, options.exit_timeout_secs
+                                + options.exit_grace_secs).start()
+    await server.shutdown(options.exit_timeout_secs, options.exit_grace_secs)
     if grpc_server is not None:
         await grpc_server.stop(1.0)
     for listener in reversed(started):
         await listener.stop()
-    return exit_code
+    watchdog.cancel()
+    return exit_status(server, exit_code)
 
 
 def use_batch_scheduling() -> bool:

@@ -15,7 +15,7 @@ import gc
 import logging
 import threading
 import time
-from concurrent.futures import Future
+from concurrent.futures import Future, InvalidStateError
 
 from tritonclient.grpc.model_config_pb2 import DataType
 
@@ -23,8 +23,10 @@ from naiad import __version__
 from naiad.datatypes import config_to_datatype
 from naiad.errors import InferenceServerError, Status, invalid_arg, unavailable
 from naiad.histogram import Histogram
+from naiad.models.limits import ConfigLimits
 from naiad.models.manager import LoadOptions, ModelManager, ModelVersion
 from naiad.models.poller import RepositoryPoller
+from naiad.models.progress import progress
 from naiad.models.staging import ModelStaging
 from naiad.plugins import PluginManager
 from naiad.repository.mirror import local_folders
@@ -48,8 +50,10 @@ NS_PER_MS = 1_000_000
 _SHUTTING_DOWN = "the server is shutting down and accepts no new requests"
 # How often shutdown looks whether the requests in flight have finished.
 IDLE_POLL_S = 0.01
-# Past --exit-timeout-secs the instances are aborted; unloading then gets this much longer.
-UNLOAD_AFTER_ABORT_S = 5.0
+SECONDS = 1.0
+# Past --exit-timeout-secs the instances are aborted, and the requests of the ones whose
+# worker process was killed fail on their own within this long; the rest are failed then.
+ABORT_SETTLE_S = 1 * SECONDS
 # Triton's answer to a load or unload request unless --model-control-mode=explicit (in
 # "none" mode too); clients and scripts look for this text.
 CONTROL_REFUSED = "explicit model load / unload is not allowed if polling is enabled"
@@ -90,7 +94,10 @@ class InferenceServer:
             config_name=options.model_config_name,
             load_thread_count=options.model_load_thread_count,
             load_retry_count=options.model_load_retry_count,
-            max_instances=options.max_instances_per_model,
+            limits=ConfigLimits(max_instances=options.max_instances_per_model,
+                                max_priority_levels=options.max_priority_levels,
+                                max_tensor_bytes=options.max_config_tensor_bytes),
+            progress_s=options.model_load_progress_secs,
             track_files=options.model_control_mode == "poll",
             metrics=options.metrics,
         ))
@@ -119,31 +126,52 @@ class InferenceServer:
         self.loop: asyncio.AbstractEventLoop | None = None
         self.live = False
         self.accepting = False
+        #: the start-up models have been loaded (ready waits for it)
+        self.started = False
         # Inferences arrive on any thread and finish on instance threads.
         self.in_flight = 0
         self._in_flight_lock = threading.Lock()
+        # The futures of requests in flight and the senders of decoupled ones: what a
+        # shutdown past --exit-timeout-secs fails, so their clients get an answer.
+        self._flying: set[Future[InferenceResponse]] = set()
+        self._streams: set[ResponseSender] = set()
+        #: shutdown had to end requests or leave instances running (exit status 1)
+        self.forced = False
 
     # --- lifecycle ----------------------------------------------------------------------
+
+    def open(self) -> None:
+        """The process runs: live from now on, and inferences are admitted for every model
+        as soon as it is ready (the start-up loads run meanwhile; the server reads ready
+        once they are over). Call on the event loop, before the listeners start."""
+        self.loop = asyncio.get_running_loop()
+        self.live = True
+        self.accepting = True
 
     async def start(self) -> None:
         """Load the models the control mode asks for, ``--model-load-thread-count`` at a
         time; with ``--exit-on-error`` a failed model fails start-up. In poll mode, then
-        follow the repositories' changes."""
-        self.live = True
-        self.loop = asyncio.get_running_loop()
+        follow the repositories' changes. Opens the server first if :meth:`open` was not
+        called."""
+        if not self.live:
+            self.open()
         mode = self.options.model_control_mode
-        await self._sync_mirrors()
+        async with progress("start-up", "reading the model repositories",
+                            self.options.model_load_progress_secs):
+            await self._sync_mirrors()
         if self.poller is not None:
             await self.poller.baseline()
         names = (list(self.models.discover()) if mode != "explicit"
                  else self._explicit_startup_models())
         failures = await self.models.load_many(names)
         failed = [f"{name}: {reason}" for name, reason in failures.items()]
-        self.accepting = True
         self.settle_heap()
         if failed and self.options.exit_on_error:
-            raise RuntimeError("models failed to load (--exit-on-error is true):\n  "
-                               + "\n  ".join(failed))
+            raise RuntimeError(f"{len(failed)} model(s) failed to load and --exit-on-error "
+                               f"is true: " + "; ".join(failed))
+        self.started = True
+        log.info("start-up models loaded: %d ready, %d failed", len(names) - len(failed),
+                 len(failed))
         if self.poller is not None:
             self.poller.retry(list(failures))  # as Triton: tried again at every poll
             self.poller.start()
@@ -168,11 +196,13 @@ class InferenceServer:
             return list(self.models.discover())
         return list(wanted)
 
-    async def shutdown(self, timeout: float) -> None:
+    async def shutdown(self, timeout: float, grace: float = 10 * SECONDS) -> None:
         """Stop accepting inferences, wait for those in flight (up to ``timeout`` seconds),
         then unload every model. Past ``timeout`` the instances still running requests are
-        aborted first (a Python model's worker process is killed), and unloading gets
-        ``UNLOAD_AFTER_ABORT_S`` more."""
+        aborted (a Python model's worker process is killed), every request still in flight
+        fails with UNAVAILABLE, and unloading gets ``grace / 2`` seconds more
+        (``--exit-grace-secs``); an instance stuck in its model's code (in-process: a thread
+        cannot be stopped) is then left behind, named in the log, and :attr:`forced` set."""
         self.accepting = False
         if self.poller is not None:
             await self.poller.stop()  # nothing loads or unloads behind the drain below
@@ -182,19 +212,42 @@ class InferenceServer:
             while self.in_flight and time.monotonic() < deadline:
                 await asyncio.sleep(IDLE_POLL_S)
             if self.in_flight:
-                log.warning("%d request(s) still in flight after %s s: ending the instances "
-                            "that run them", self.in_flight, timeout)
+                self.forced = True
+                log.warning("%d request(s) still in flight after %s s (--exit-timeout-secs): "
+                            "ending the instances that run them", self.in_flight, timeout)
                 self.models.abort_all()
+                settled = time.monotonic() + ABORT_SETTLE_S
+                while self.in_flight and time.monotonic() < settled:
+                    await asyncio.sleep(IDLE_POLL_S)
+                self._fail_in_flight(timeout)
                 try:
-                    await asyncio.wait_for(self.models.unload_all(), UNLOAD_AFTER_ABORT_S)
+                    await asyncio.wait_for(self.models.unload_all(), grace / 2)
                 except asyncio.TimeoutError:
-                    log.warning("models still running after %s s more (in-process models "
-                                "cannot be stopped); giving up unloading them",
-                                UNLOAD_AFTER_ABORT_S)
+                    stuck = self.models.busy_instances()
+                    log.error("shutdown leaves %d instance(s) running after %s s more "
+                              "(a thread running a model cannot be stopped): %s", len(stuck),
+                              grace / 2, "; ".join(stuck) or "none busy, unloading hangs")
                 self._release()
                 return
         await self.models.unload_all()
         self._release()
+
+    def _fail_in_flight(self, timeout: float) -> None:
+        """Answer every request still in flight with UNAVAILABLE, so its client is not left
+        waiting for a model that will never answer (its instance is stuck or was ended)."""
+        error = unavailable(f"the server is shutting down and the request did not finish "
+                            f"within --exit-timeout-secs ({timeout} s)")
+        streams, futures = list(self._streams), list(self._flying)
+        for sender in streams:
+            sender.fail(error)
+        for future in futures:
+            try:
+                future.set_exception(error)
+            except InvalidStateError:
+                pass  # it finished meanwhile
+        if futures or streams:
+            log.warning("answered %d request(s) in flight with UNAVAILABLE",
+                        len(futures) + len(streams))
 
     def _release(self) -> None:
         """What the server holds beyond its models, at the end of shutdown."""
@@ -229,7 +282,7 @@ class InferenceServer:
     @property
     def ready(self) -> bool:
         """Triton's readiness: live, accepting, and (strict) every loaded model ready."""
-        if not (self.live and self.accepting):
+        if not (self.live and self.accepting and self.started):
             return False
         if not self.options.strict_readiness:
             return True
@@ -283,19 +336,23 @@ class InferenceServer:
                 on_response(response, final)
             finally:
                 if final:
+                    self._streams.discard(sender)
                     self._leave()
                     gate.leave()
 
         sender = request.sender = ResponseSender(deliver)
+        self._streams.add(sender)  # before a response can come
         try:
             trace = self._admit(model, request, internal)
         except BaseException:
+            self._streams.discard(sender)
             gate.leave()
             raise
         try:
             future = model.scheduler.submit(request)
         except BaseException:
             request.sender = None
+            self._streams.discard(sender)
             self._leave()
             gate.leave()
             if trace is not None:
@@ -345,6 +402,7 @@ class InferenceServer:
             if trace is not None:
                 trace.abandon()
             raise
+        self._flying.add(future)  # before the callback that removes it, which may run now
         future.add_done_callback(self._left)
         future.add_done_callback(gate.leave)
         if trace is not None:
@@ -377,8 +435,9 @@ class InferenceServer:
         with self._in_flight_lock:
             self.in_flight -= 1
 
-    def _left(self, _: Future[InferenceResponse]) -> None:
+    def _left(self, future: Future[InferenceResponse]) -> None:
         """A request's future is done, on whichever thread finished it."""
+        self._flying.discard(future)  # atomic under the GIL, as add
         lock = self._in_flight_lock
         lock.acquire()
         self.in_flight -= 1

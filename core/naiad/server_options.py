@@ -6,6 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from naiad.metrics_config import MetricsConfig
+from naiad.models.limits import DEFAULT_MAX_CONFIG_TENSOR_BYTES, DEFAULT_MAX_PRIORITY_LEVELS
+from naiad.models.progress import DEFAULT_PROGRESS_S
 from naiad.models.staging import DEFAULT_MAX_BYTES
 from naiad.repository.mirror import MirrorSettings
 from naiad.tracing import TraceConfig
@@ -22,8 +24,18 @@ class ServerOptions:
     disable_auto_complete_config: bool = False
     exit_on_error: bool = True
     exit_timeout_secs: int = 30
+    # naiad only: past --exit-timeout-secs, how long ending the requests left, unloading and
+    # closing the listeners may take before the process exits anyway (naiad.models.lifecycle).
+    exit_grace_secs: float = 10.0
     # naiad only: the most instances one model version may have (processes or threads).
     max_instances_per_model: int = 64
+    # naiad only: the most dynamic_batching priority_levels a model may have, and the most
+    # bytes of a tensor built from a configuration (a warmup sample, a sequence state's
+    # initial value); a larger configuration fails its load (naiad.models.limits).
+    max_priority_levels: int = DEFAULT_MAX_PRIORITY_LEVELS
+    max_config_tensor_bytes: int = DEFAULT_MAX_CONFIG_TENSOR_BYTES
+    # naiad only: seconds between two "still running" lines of a slow load step (0: none).
+    model_load_progress_secs: float = DEFAULT_PROGRESS_S
     strict_readiness: bool = True
     model_control_mode: str = "none"
     load_models: list[str] = field(default_factory=list)

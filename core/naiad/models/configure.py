@@ -14,6 +14,8 @@ from naiad.config.parse import load_config_file
 from naiad.config.platforms import ENSEMBLE, resolve_backend
 from naiad.config.validate import validate_config
 from naiad.errors import InferenceServerError, invalid_arg
+from naiad.models.limits import check_config_sizes
+from naiad.models.paths import check_config_paths
 
 if TYPE_CHECKING:
     from naiad.models.manager import LoadOptions
@@ -24,7 +26,11 @@ def configure(name: str, path: Path, override: str | None, options: LoadOptions,
               plugins: PluginManager) -> tuple[ModelConfig, list[str]]:
     """Read, auto-complete, default and validate the config of model ``name`` in ``path``
     (``override``: a JSON config given with a load request instead of config.pbtxt), in a
-    worker thread. Returns it and the top-level fields that were filled in."""
+    worker thread. Returns it and the top-level fields that were filled in.
+
+    Every path the configuration names is checked before a backend sees it (a backend's
+    auto-complete may import the model file), and every size that makes the server
+    allocate once the defaults are in (:mod:`naiad.models.paths`, :mod:`naiad.models.limits`)."""
     if override is not None:
         config = ModelConfig()
         try:
@@ -40,6 +46,7 @@ def configure(name: str, path: Path, override: str | None, options: LoadOptions,
                     f"model '{name}' has no config.pbtxt in {path}; one is required with "
                     f"--strict-model-config=true or --disable-auto-complete-config")
             config = ModelConfig()
+    check_config_paths(name, path, config, from_request=override is not None)
     before = {f.name for f, _ in config.ListFields()}
     if not config.name:
         config.name = name
@@ -47,6 +54,7 @@ def configure(name: str, path: Path, override: str | None, options: LoadOptions,
     if backend_name == ENSEMBLE:
         fill_defaults(config, name)
         validate_config(config, name)
+        check_config_sizes(name, config, options.limits)
         return config, sorted({f.name for f, _ in config.ListFields()} - before)
     backend = plugins.backend(backend_name, options.settings_for(backend_name))
     if not options.strict_model_config and not options.disable_auto_complete_config:
@@ -59,5 +67,9 @@ def configure(name: str, path: Path, override: str | None, options: LoadOptions,
                               f"failed: {type(exc).__name__}: {exc}") from exc
     fill_defaults(config, name)
     validate_config(config, name)
+    # What the backend and the defaults filled in, by its spelling (they name files of the
+    # repository, whose links are the operator's).
+    check_config_paths(name, path, config, from_request=False)
+    check_config_sizes(name, config, options.limits)
     filled = sorted({f.name for f, _ in config.ListFields()} - before)
     return config, filled

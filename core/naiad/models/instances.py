@@ -30,6 +30,18 @@ def gpu_count() -> int:
     return count
 
 
+def requested_instances(config: ModelConfig, available_gpus: int | None = None) -> int:
+    """How many instances ``config``'s ``instance_group`` makes: each group's count, times
+    its GPUs for KIND_GPU (every GPU when it names none), over every group."""
+    gpus = gpu_count() if available_gpus is None else available_gpus
+    requested = 0
+    for group in config.instance_group:
+        devices = (len(group.gpus) or gpus or 1) if group.kind == \
+            ModelInstanceGroup.KIND_GPU else 1
+        requested += max(group.count, 1) * devices
+    return requested
+
+
 def expand_instance_groups(model_name: str, config: ModelConfig,
                            limit: int = 64) -> list[InstanceInfo]:
     """One :class:`InstanceInfo` per instance, named ``<group name>_<i>`` as Triton does.
@@ -39,12 +51,7 @@ def expand_instance_groups(model_name: str, config: ModelConfig,
     start that many threads or processes.
     """
     available_gpus = gpu_count()
-    requested = 0
-    for group in config.instance_group:
-        per_device = max(group.count, 1)
-        devices = (len(group.gpus) or available_gpus or 1) if _KIND_NAMES[group.kind] == \
-            "KIND_GPU" else 1
-        requested += per_device * devices
+    requested = requested_instances(config, available_gpus)
     if requested > limit:
         raise invalid_arg(
             f"model '{model_name}': instance_group asks for {requested} instances, more than "

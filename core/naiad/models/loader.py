@@ -12,6 +12,7 @@ from tritonclient.grpc.model_config_pb2 import ModelConfig
 
 from naiad.custom_metrics import ModelMetrics
 from naiad.errors import InferenceServerError, Status
+from naiad.models.progress import DEFAULT_PROGRESS_S, progress
 from naiad.models.warmup import warm_up, warmup_samples
 from naiad.scheduling.worker import InstanceWorker
 from naiad.types import Backend, InferenceClient, InstanceInfo, ModelContext
@@ -21,9 +22,12 @@ async def load_version(backend: Backend, name: str, version: int, path: Path,
                        config: ModelConfig, instances: list[InstanceInfo],
                        backend_config: dict[str, str],
                        server: InferenceClient | None = None,
-                       metrics: ModelMetrics | None = None) -> list[InstanceWorker]:
+                       metrics: ModelMetrics | None = None, *,
+                       progress_s: float = DEFAULT_PROGRESS_S) -> list[InstanceWorker]:
     """Create every instance of a model version in parallel, each on the thread it will run
-    on. If one fails, the others are stopped and the error names the model and instance."""
+    on. If one fails, the others are stopped and the error names the model and instance.
+    Creating them (the backend's environment, the model's ``initialize``) and warming them
+    up log that they still run every ``progress_s`` seconds."""
     context = ModelContext(
         name=name,
         version=version,
@@ -38,15 +42,19 @@ async def load_version(backend: Backend, name: str, version: int, path: Path,
     )
     samples = warmup_samples(name, version, config, path)
     workers = [InstanceWorker(info, name) for info in instances]
-    results = await asyncio.gather(
-        *(w.load(functools.partial(backend.create_instance, context, w.info)) for w in workers),
-        return_exceptions=True,
-    )
+    what = f"model '{name}' version {version}"
+    async with progress(what, f"initialize ({len(workers)} instance(s))", progress_s):
+        results = await asyncio.gather(
+            *(w.load(functools.partial(backend.create_instance, context, w.info))
+              for w in workers),
+            return_exceptions=True,
+        )
     failure = _first_failure(workers, results)
     if failure is None and samples:
         # Every instance warms up on its own thread before the version serves.
-        results = await asyncio.gather(*(warm_up(w, samples, name) for w in workers),
-                                       return_exceptions=True)
+        async with progress(what, "warmup", progress_s):
+            results = await asyncio.gather(*(warm_up(w, samples, name) for w in workers),
+                                           return_exceptions=True)
         failure = _first_failure(workers, results)
     if failure is None:
         return workers

@@ -9,8 +9,8 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import logging
+import time
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from google.protobuf import json_format
@@ -18,15 +18,26 @@ from tritonclient.grpc.model_config_pb2 import ModelConfig
 
 from naiad.config.platforms import ENSEMBLE
 from naiad.config.render import config_to_json
-from naiad.custom_metrics import CustomMetrics, ModelMetrics
+from naiad.custom_metrics import CustomMetrics
 from naiad.distributions import distributions_for
 from naiad.errors import InferenceServerError, Status, invalid_arg, not_found, unavailable
 from naiad.histogram import Histogram
-from naiad.metrics_config import MetricsConfig
 from naiad.models.configure import configure
-from naiad.models.gate import VersionGate
 from naiad.models.instances import expand_instance_groups
 from naiad.models.loader import load_version, stop_workers
+from naiad.models.progress import progress
+from naiad.models.records import (
+    LOADING,
+    READY,
+    UNAVAILABLE,
+    UNLOADING,
+    LoadOptions,
+    ModelRecord,
+    ModelVersion,
+    describe_instances,
+    failure_reasons,
+    loading_message,
+)
 from naiad.models.retire import Retirements
 from naiad.models.signature import ModelSignature
 from naiad.plugins import PluginManager
@@ -38,9 +49,12 @@ from naiad.scheduling.base import Scheduler, SchedulingContext
 from naiad.stats import ModelStats
 from naiad.types import InferenceClient
 
+# Re-exported: what the rest of naiad imports from here.
+__all__ = ["LOADING", "READY", "UNAVAILABLE", "UNLOADING", "LoadOptions", "ModelManager",
+           "ModelRecord", "ModelVersion"]
+
 log = logging.getLogger("naiad.models")
 
-READY, UNAVAILABLE, LOADING, UNLOADING = "READY", "UNAVAILABLE", "LOADING", "UNLOADING"
 #: Triton's default buckets of nv_inference_first_response_histogram_ms (milliseconds).
 FIRST_RESPONSE_BUCKETS_MS = (100, 500, 2000, 5000)
 
@@ -48,76 +62,6 @@ FIRST_RESPONSE_BUCKETS_MS = (100, 500, 2000, 5000)
 # starts): a model loaded meanwhile as an ensemble's step is not loaded a second time.
 _BATCH: contextvars.ContextVar[set[str] | None] = contextvars.ContextVar("naiad_load_batch",
                                                                          default=None)
-
-
-@dataclass(slots=True)
-class ModelVersion:
-    """One loaded, serving version of a model: what the request path uses."""
-
-    name: str
-    version: int
-    config: ModelConfig
-    signature: ModelSignature
-    scheduler: Scheduler
-    context: SchedulingContext
-    stats: ModelStats
-    config_json: dict
-    # The model folder as it was when this version loaded (poll mode keeps a version whose
-    # files and configuration did not change instead of loading it again).
-    fingerprint: ModelFingerprint | None = None
-    #: ``model_transaction_policy { decoupled: true }``: the model sends any number of
-    #: responses per request (see :meth:`InferenceServer.stream`)
-    decoupled: bool = False
-    #: milliseconds from a request's arrival to its first response, for a decoupled model
-    #: with ``--metrics-config histogram_latencies=true`` (None otherwise: nothing recorded)
-    first_response: Histogram | None = None
-    #: the version's custom metrics (``ModelContext.metrics``), deleted when it unloads
-    metrics: ModelMetrics | None = None
-    #: admission: requests enter before they reach the scheduler and leave when they are
-    #: over; closed when the version retires (see :mod:`naiad.models.gate`)
-    gate: VersionGate = field(default_factory=VersionGate)
-
-
-@dataclass(slots=True)
-class ModelRecord:
-    """Everything known about one model name: serving versions and per-version states."""
-
-    name: str
-    path: Path | None
-    versions: dict[int, ModelVersion] = field(default_factory=dict)
-    # version (or None before versions are known) -> (state, reason)
-    states: dict[int | None, tuple[str, str]] = field(default_factory=dict)
-    latest: ModelVersion | None = None
-
-
-@dataclass
-class LoadOptions:
-    """The flags that change how models load."""
-
-    strict_model_config: bool = False
-    disable_auto_complete_config: bool = False
-    # backend name -> KEY=VALUE settings; "" holds those given for every backend
-    backend_config: dict[str, dict[str, str]] = field(default_factory=dict)
-    # --model-config-name: read <model>/configs/<name>.pbtxt where it exists
-    config_name: str = ""
-    # --model-load-thread-count: model versions being created at the same time
-    load_thread_count: int = 4
-    # --model-load-retry-count: further attempts after a version failed to load
-    load_retry_count: int = 0
-    # --max-instances-per-model: a larger instance_group fails the load
-    max_instances: int = 64
-    # --model-control-mode=poll: remember each version's files, so that a poll can keep
-    # serving a version whose files did not change (a stat per file at every load)
-    track_files: bool = False
-    # --metrics-config: what each version records beyond its counters (naiad's histograms,
-    # Triton's summaries; with histogram_latencies=true, decoupled versions get a
-    # first-response histogram, nv_inference_first_response_histogram_ms)
-    metrics: MetricsConfig = field(default_factory=MetricsConfig)
-
-    def settings_for(self, backend: str) -> dict[str, str]:
-        """The ``--backend-config`` settings one backend sees: the shared ones, overridden
-        by those given for it by name."""
-        return {**self.backend_config.get("", {}), **self.backend_config.get(backend, {})}
 
 
 class ModelManager:
@@ -149,6 +93,9 @@ class ModelManager:
         #: the remote repositories, mirrored into folders of ``repositories`` (set by the
         #: server): synced at start-up, at every poll and before an explicit load
         self.mirrors: list[RepositoryMirror] = []
+        #: models :meth:`load_many` was asked for and has not finished with: a request for
+        #: one is told it is loading, not that it is unknown
+        self.pending: set[str] = set()
 
     # --- the request path ---------------------------------------------------------------
 
@@ -156,11 +103,16 @@ class ModelManager:
         """The serving version ``version`` ("" = the latest ready) of model ``name``."""
         record = self.models.get(name)
         if record is None or (not record.versions and not record.states):
+            if name in self.pending:
+                raise unavailable(loading_message(name))
             raise not_found(f"Request for unknown model: '{name}' is not found")
         if not version:
             if record.latest is None:
+                if name in self.pending or any(state == LOADING
+                                               for state, _ in record.states.values()):
+                    raise unavailable(loading_message(name))
                 # Triton's status (NOT_FOUND) with the reason Triton leaves in its log.
-                reason = _reason(record)
+                reason = failure_reasons(record)
                 raise not_found(f"Request for unknown model: '{name}' has no available versions"
                                 + (f" ({reason})" if reason else ""))
             return record.latest
@@ -215,6 +167,16 @@ class ModelManager:
             for worker in version.context.workers:
                 if worker.instance is not None:
                     worker.instance.abort()
+
+    def busy_instances(self) -> list[str]:
+        """``model 'X' version 1 instance 'X_0'`` for every instance running or holding a
+        batch now, retired versions included: what a shutdown past its timeout leaves."""
+        versions = [version for record in list(self.models.values())
+                    for version in list(record.versions.values())]
+        return [f"model '{version.name}' version {version.version} instance "
+                f"'{worker.info.name}'"
+                for version in versions + self.retirements.versions
+                for worker in version.context.workers if worker.busy]
 
     # --- the repository ---------------------------------------------------------------
 
@@ -302,13 +264,21 @@ class ModelManager:
         """Load ``names`` at the same time (the versions being created at once are bounded
         by ``load_thread_count``); return model name -> reason for those that failed."""
         names = list(dict.fromkeys(names))
+        self.pending.update(names)
+
+        async def one(name: str) -> None:
+            try:
+                await self._load(name, None, reuse_unchanged, once=True)
+            finally:
+                self.pending.discard(name)
+
         token = _BATCH.set(set())  # the tasks gather starts copy this context
         try:
-            results = await asyncio.gather(
-                *(self._load(name, None, reuse_unchanged, once=True) for name in names),
-                return_exceptions=True)
+            results = await asyncio.gather(*(one(name) for name in names),
+                                           return_exceptions=True)
         finally:
             _BATCH.reset(token)
+            self.pending.difference_update(names)
         failed = {}
         for name, result in zip(names, results, strict=True):
             if isinstance(result, InferenceServerError):
@@ -329,7 +299,7 @@ class ModelManager:
                 # Loaded meanwhile as the step of an ensemble: report that outcome.
                 record = self.models.get(name)
                 if record is None or not record.versions:
-                    reason = _reason(record) if record is not None else ""
+                    reason = failure_reasons(record) if record is not None else ""
                     raise unavailable(reason or f"model '{name}' failed to load")
                 return
             try:
@@ -349,9 +319,12 @@ class ModelManager:
                             f"{', '.join(map(str, self.repositories))}")
         old = self.models.get(name)
         record = ModelRecord(name, path)
+        log.info("loading model '%s' from %s", name, path)
         try:
-            config, filled, fingerprint = await asyncio.to_thread(
-                self._configure_and_fingerprint, name, path, config_override)
+            async with progress(f"model '{name}'", "reading its configuration",
+                                self.options.progress_s):
+                config, filled, fingerprint = await asyncio.to_thread(
+                    self._configure_and_fingerprint, name, path, config_override)
             versions = model_config_versions(name, path, config)
         except InferenceServerError as exc:
             record.states[None] = (UNAVAILABLE, exc.message)
@@ -361,9 +334,13 @@ class ModelManager:
         if config.platform == ENSEMBLE:
             await self._load_steps(name, config)
         config_json = config_to_json(config)
-        log.info("model '%s' configuration%s:\n%s", name,
-                 f" (auto-completed fields: {', '.join(filled)})" if filled else "",
-                 json_format.MessageToJson(config, preserving_proto_field_name=True))
+        log.info("model '%s': backend %s, version(s) %s, %s%s", name,
+                 config.backend or config.platform, ", ".join(map(str, versions)) or "none",
+                 describe_instances(config),
+                 f"; auto-completed fields: {', '.join(filled)}" if filled else "")
+        if log.isEnabledFor(logging.DEBUG):  # --log-verbose 1 and over: 40-60 lines each
+            log.debug("model '%s' configuration:\n%s", name,
+                      json_format.MessageToJson(config, preserving_proto_field_name=True))
 
         async def one(version: int) -> InferenceServerError | None:
             kept = self._unchanged(old, version, config, config_json, fingerprint) \
@@ -375,6 +352,8 @@ class ModelManager:
                          version)
                 return None
             record.states[version] = (LOADING, "")
+            started = time.monotonic()
+            log.info("loading model '%s' version %d", name, version)
             try:
                 loaded = await self._load_version_retrying(name, version, path, config,
                                                            config_json)
@@ -386,7 +365,8 @@ class ModelManager:
             loaded.fingerprint = fingerprint
             record.versions[version] = loaded
             record.states[version] = (READY, "")
-            log.info("loaded model '%s' version %d", name, version)
+            log.info("model '%s' version %d ready in %.1f s", name, version,
+                     time.monotonic() - started)
             return None
 
         # Every version loads at once; the load slots bound how many create instances.
@@ -584,10 +564,12 @@ class ModelManager:
         else:
             backend_config = self.options.settings_for(config.backend)
             backend = self.plugins.backend(config.backend, backend_config)
-            instances = expand_instance_groups(name, config, self.options.max_instances)
+            instances = expand_instance_groups(name, config,
+                                               self.options.limits.max_instances)
             try:
                 workers = await load_version(backend, name, version, path, config, instances,
-                                             backend_config, self.client, metrics)
+                                             backend_config, self.client, metrics,
+                                             progress_s=self.options.progress_s)
             except BaseException:
                 metrics.close()  # what a failed initialize made goes with it
                 raise
@@ -623,7 +605,3 @@ class ModelManager:
                         name, version)
             return scheduler
         return self.response_cache.wrap(scheduler, version, stats)
-
-
-def _reason(record: ModelRecord) -> str:
-    return "; ".join(reason for state, reason in record.states.values() if reason)

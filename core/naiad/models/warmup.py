@@ -20,13 +20,13 @@ from tritonclient.grpc.model_config_pb2 import DataType, ModelConfig, ModelWarmu
 
 from naiad.datatypes import NUMPY_DTYPES, config_to_datatype, deserialize_bytes, element_count
 from naiad.errors import InferenceServerError, Status, invalid_arg
+from naiad.models.paths import WARMUP_FOLDER, inside_folder
 from naiad.models.signature import ModelSignature
 from naiad.types import InferenceRequest, Tensor
 
 if TYPE_CHECKING:
     from naiad.scheduling.worker import InstanceWorker
 
-WARMUP_FOLDER = "warmup"
 _RANDOM = np.random.default_rng()
 
 
@@ -59,7 +59,7 @@ def warmup_samples(name: str, version: int, config: ModelConfig, model_dir: Path
                               f"max_batch_size {config.max_batch_size}")
         requests = []
         for _ in range(size):
-            inputs = {input_name: _tensor(label, input_name, spec, model_dir, batching)
+            inputs = {input_name: _tensor(name, label, input_name, spec, model_dir, batching)
                       for input_name, spec in warmup.inputs.items()}
             request = InferenceRequest(name, version, inputs, id=f"warmup:{warmup.name}")
             try:
@@ -90,7 +90,7 @@ def _failed(model_name: str, sample: WarmupSample, reason: str) -> InferenceServ
                                 f"{reason}", Status.UNAVAILABLE)
 
 
-def _tensor(label: str, input_name: str, spec: ModelWarmup.Input, model_dir: Path,
+def _tensor(name: str, label: str, input_name: str, spec: ModelWarmup.Input, model_dir: Path,
             batching: bool) -> Tensor:
     datatype = config_to_datatype(DataType.Name(spec.data_type))
     dims = tuple(spec.dims)
@@ -101,7 +101,9 @@ def _tensor(label: str, input_name: str, spec: ModelWarmup.Input, model_dir: Pat
     count = element_count(dims)
     source = spec.WhichOneof("input_data_type")
     if source == "input_data_file":
-        path = model_dir / WARMUP_FOLDER / spec.input_data_file
+        # Checked when the configuration was read; again here, where the file is opened.
+        path = inside_folder(model_dir / WARMUP_FOLDER, spec.input_data_file, model=name,
+                             field=f"warmup input '{input_name}' input_data_file")
         try:
             raw = path.read_bytes()
         except OSError as exc:

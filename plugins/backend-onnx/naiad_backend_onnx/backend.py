@@ -68,7 +68,7 @@ class OnnxBackend(Backend):
         check_supported(config, name)
         settings = session_settings(config, name, self.settings)
         providers = select_providers(config, name, instance, ort.get_available_providers())
-        path = model_path(context.version_dir, config.default_model_filename)
+        path = model_path(context.version_dir, config.default_model_filename, name)
 
         def create() -> ort.InferenceSession:
             return create_session(path, session_options(settings), providers, name)

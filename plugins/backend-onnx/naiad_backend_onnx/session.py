@@ -15,6 +15,7 @@ from pathlib import Path
 
 import onnxruntime as ort
 
+from naiad.backend_utils import model_file_path
 from naiad.errors import unavailable
 from naiad_backend_onnx.providers import Provider
 from naiad_backend_onnx.settings import SessionSettings
@@ -27,10 +28,12 @@ MODEL_FILENAME = "model.onnx"
 SessionKey = tuple[int, str, int]
 
 
-def model_path(version_dir: Path, filename: str) -> Path:
+def model_path(version_dir: Path, filename: str, model: str = "") -> Path:
     """The ONNX file of a version: ``filename``, or ``filename/model.onnx`` when
-    ``filename`` is a folder (a model with external data), as in Triton."""
-    path = version_dir / (filename or MODEL_FILENAME)
+    ``filename`` is a folder (a model with external data), as in Triton. A ``filename``
+    that leaves the version folder is refused (INVALID_ARG naming ``model``)."""
+    path = model_file_path(version_dir, filename or MODEL_FILENAME,
+                           model or version_dir.parent.name)
     if path.is_dir():
         path = path / MODEL_FILENAME
     return path

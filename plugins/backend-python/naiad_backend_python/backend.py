@@ -18,7 +18,7 @@ from typing import Any
 from google.protobuf import json_format
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
-from naiad.backend_utils import config_to_json, newest_version_file
+from naiad.backend_utils import config_to_json, model_file_path, newest_version_file
 from naiad.errors import invalid_arg, unavailable
 from naiad.types import Backend, InstanceInfo, ModelContext, ModelInstance
 from naiad_backend_python.environment import (
@@ -114,8 +114,8 @@ class PythonBackend(Backend):
     def create_instance(self, context: ModelContext, instance: InstanceInfo) -> ModelInstance:
         config = context.config
         name = context.name
-        model_file = context.version_dir / (config.default_model_filename
-                                            or DEFAULT_MODEL_FILENAME)
+        model_file = model_file_path(context.version_dir, config.default_model_filename
+                                     or DEFAULT_MODEL_FILENAME, name)
         if not model_file.is_file():
             raise unavailable(f"model '{name}': Python model file not found in '{model_file}'")
         args = runner.initialize_args(render_config(config), instance.kind, instance.name,

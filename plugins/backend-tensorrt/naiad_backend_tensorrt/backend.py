@@ -15,7 +15,7 @@ from typing import Any
 
 from tritonclient.grpc.model_config_pb2 import ModelConfig, ModelInstanceGroup
 
-from naiad.backend_utils import gpu_count, newest_version_file
+from naiad.backend_utils import gpu_count, model_file_path, newest_version_file
 from naiad.errors import unavailable
 from naiad.types import Backend, InstanceInfo, ModelContext
 from naiad_backend_tensorrt.autocomplete import check_config, complete_config
@@ -80,7 +80,8 @@ class TensorRTBackend(Backend):
         cuda = Cuda.load(model)
         cuda.set_device(instance.device_id)
         filename = engine_filename(config, cuda.compute_capability(instance.device_id))
-        path = context.version_dir / filename
+        path = model_file_path(context.version_dir, filename, model,
+                               "cc_model_filenames / default_model_filename")
         if not path.is_file():
             raise unavailable(f"model '{model}' version {context.version}: TensorRT engine "
                               f"file not found: '{path}'")

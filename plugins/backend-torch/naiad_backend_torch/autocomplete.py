@@ -26,7 +26,7 @@ from typing import Any
 import torch
 from tritonclient.grpc.model_config_pb2 import DataType, ModelConfig
 
-from naiad.backend_utils import datatype_to_config, version_folders
+from naiad.backend_utils import datatype_to_config, model_file_path, version_folders
 from naiad.errors import invalid_arg
 from naiad_backend_torch.dtypes import torch_to_datatype
 from naiad_backend_torch.loading import (
@@ -67,7 +67,8 @@ def auto_complete(config: ModelConfig, model_dir: Path, backend_config: dict[str
             and (version_dir / EXPORT_FILENAME).is_file():
         config.default_model_filename = EXPORT_FILENAME
         filled.append("default_model_filename")
-    path = version_dir / (config.default_model_filename or TORCHSCRIPT_FILENAME)
+    path = model_file_path(version_dir, config.default_model_filename or TORCHSCRIPT_FILENAME,
+                           model)
     if config.input and config.output:
         return filled
     if not is_export_file(path) or not path.is_file():

@@ -47,7 +47,8 @@ class TorchBackend(Backend):
         _refuse_bytes(config, model)
         settings = read_settings(config, model)
         device = instance_device(model, instance)
-        path = resolve_model_file(context.version_dir, config.default_model_filename)
+        path = resolve_model_file(context.version_dir, config.default_model_filename,
+                                  context.name)
         key = (model, context.version, str(path), str(device))
         loaded = self._acquire(key, path, device, model, settings.weight_sharing)
         try:

@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 
+from naiad.backend_utils import model_file_path
 from naiad.errors import unavailable
 from naiad_backend_torch.naming import Arguments
 
@@ -43,11 +44,12 @@ class LoadedModel:
     path: Path
 
 
-def resolve_model_file(version_dir: Path, filename: str) -> Path:
+def resolve_model_file(version_dir: Path, filename: str, model: str = "") -> Path:
     """The model file of a version: ``filename`` (config's ``default_model_filename``), except
     that a version folder holding only ``model.pt2`` serves it when the default ``model.pt``
-    is asked for."""
-    path = version_dir / (filename or TORCHSCRIPT_FILENAME)
+    is asked for. A ``filename`` that leaves the version folder is refused (INVALID_ARG)."""
+    path = model_file_path(version_dir, filename or TORCHSCRIPT_FILENAME,
+                           model or version_dir.parent.name)
     if not path.exists() and path.name == TORCHSCRIPT_FILENAME:
         exported = version_dir / EXPORT_FILENAME
         if exported.is_file():

@@ -329,7 +329,10 @@ class HTTPFrontend:
         return Response(status_code=200 if self.server.live else 400)
 
     async def ready(self, request: Request) -> Response:
-        return Response(status_code=200 if self.server.ready else 400)
+        # Not ready is 400 as in Triton; 503 while the start-up models still load (naiad
+        # answers then, Triton is unreachable), so a probe can tell the two apart.
+        server = self.server
+        return Response(status_code=200 if server.ready else 400 if server.started else 503)
 
     async def metadata(self, request: Request) -> Response:
         return _json(self.server.server_metadata())
