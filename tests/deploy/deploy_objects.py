@@ -28,8 +28,6 @@ SERVICEMONITOR_SCHEMA = KUSTOMIZE / "schemas" / "servicemonitor-v1.schema.json"
 #: the oldest and newest Kubernetes releases kubernetes-validate knows; every object must
 #: validate against both
 K8S_VERSIONS = (kubernetes_validate.utils.all_versions()[0], kubernetes_validate.latest_version())
-#: tritonserver's and naiad's default --exit-timeout-secs
-DEFAULT_EXIT_TIMEOUT_S = 30
 #: how a Deployment's container finds the command line: KServe's Triton runtime (and Triton's
 #: own chart) start with `tritonserver`, naiad's manifests with `naiad serve`
 KSERVE_KINDS = {"ClusterServingRuntime": "V1alpha1ClusterServingRuntime",
@@ -129,12 +127,23 @@ def serve_arguments(args: list[str]) -> Any:
     return build_parser().parse_args(["serve", *args])
 
 
-def shutdown_timings(deployment: dict[str, Any]) -> tuple[int, int, int]:
-    """(terminationGracePeriodSeconds, --exit-timeout-secs, the preStop pause) of a
-    Deployment's naiad container."""
+#: Kubernetes' default terminationGracePeriodSeconds
+DEFAULT_GRACE_PERIOD_S = 30
+
+
+def shutdown_timings(pod: dict[str, Any], container: dict[str, Any]) -> tuple[float, float, float]:
+    """(terminationGracePeriodSeconds, the longest naiad may take to exit after SIGTERM, the
+    preStop pause) of a pod spec and its naiad container. naiad exits within
+    --exit-timeout-secs (the drain) plus --exit-grace-secs (ending what is left), whatever its
+    models do."""
+    args = serve_arguments(container["args"])
+    command = container.get("lifecycle", {}).get("preStop", {}).get("exec", {}).get("command")
+    pause = float(command[1]) if command and command[0] == "sleep" else 0.0
+    return (pod.get("terminationGracePeriodSeconds", DEFAULT_GRACE_PERIOD_S),
+            args.exit_timeout_secs + args.exit_grace_secs, pause)
+
+
+def deployment_shutdown_timings(deployment: dict[str, Any]) -> tuple[float, float, float]:
     pod = deployment["spec"]["template"]["spec"]
     [container] = [c for c in pod["containers"] if c["name"] == "naiad"]
-    exit_timeout = serve_arguments(container["args"]).exit_timeout_secs
-    command = container.get("lifecycle", {}).get("preStop", {}).get("exec", {}).get("command")
-    pause = int(command[1]) if command and command[0] == "sleep" else 0
-    return pod.get("terminationGracePeriodSeconds", 30), exit_timeout, pause
+    return shutdown_timings(pod, container)

@@ -6,7 +6,14 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from deploy_objects import CHART, one, render_chart, serve_arguments, shutdown_timings, validate_all
+from deploy_objects import (
+    CHART,
+    deployment_shutdown_timings,
+    one,
+    render_chart,
+    serve_arguments,
+    validate_all,
+)
 
 VALUES: dict[str, dict[str, Any]] = {
     "defaults (pvc)": {},
@@ -48,8 +55,8 @@ def test_every_object_validates(rendered: tuple[str, list[dict]]) -> None:
 
 
 def test_the_grace_period_outlasts_the_drain(rendered: tuple[str, list[dict]]) -> None:
-    grace, exit_timeout, pause = shutdown_timings(one(rendered[1], "Deployment"))
-    assert grace > exit_timeout + pause, (grace, exit_timeout, pause)
+    grace, exit_within, pause = deployment_shutdown_timings(one(rendered[1], "Deployment"))
+    assert grace > exit_within + pause, (grace, exit_within, pause)
 
 
 def test_values_reach_the_command_line(rendered: tuple[str, list[dict]]) -> None:

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import yaml
-from deploy_objects import DEPLOY, REPO, serve_arguments, validate
+from deploy_objects import DEPLOY, REPO, serve_arguments, shutdown_timings, validate
 from source_serving import add_sub_over_http
 
 from naiad.testing import ServerProcess
@@ -72,6 +72,14 @@ def test_kserve_conventions() -> None:
     model = load(EXAMPLE)["spec"]["predictor"]["model"]
     assert model["runtime"] == load(RUNTIME)["metadata"]["name"]
     assert model["modelFormat"]["name"] in formats
+
+
+def test_naiad_exits_within_the_grace_period() -> None:
+    """KServe's pods get the runtime's container in the predictor's pod spec; its grace period
+    (Kubernetes' default unless the InferenceService sets one) must outlast naiad's exit."""
+    [container] = load(RUNTIME)["spec"]["containers"]
+    grace, exit_within, pause = shutdown_timings(load(EXAMPLE)["spec"]["predictor"], container)
+    assert grace > exit_within + pause, (grace, exit_within, pause)
 
 
 def test_naiad_starts_with_the_runtimes_arguments() -> None:

@@ -8,10 +8,10 @@ import kubernetes_validate
 import pytest
 from deploy_objects import (
     KUSTOMIZE,
+    deployment_shutdown_timings,
     one,
     render_kustomization,
     serve_arguments,
-    shutdown_timings,
     validate_all,
 )
 
@@ -40,9 +40,10 @@ def test_every_object_validates(rendered: tuple[str, list[dict]]) -> None:
 
 def test_the_grace_period_outlasts_the_drain(rendered: tuple[str, list[dict]]) -> None:
     """The kubelet's SIGKILL must not cut naiad's drain short: the grace period counts from
-    the preStop hook, then naiad waits up to --exit-timeout-secs for requests in flight."""
-    grace, exit_timeout, pause = shutdown_timings(one(rendered[1], "Deployment"))
-    assert grace > exit_timeout + pause, (grace, exit_timeout, pause)
+    the preStop hook, then naiad waits up to --exit-timeout-secs for requests in flight and
+    exits at most --exit-grace-secs later."""
+    grace, exit_within, pause = deployment_shutdown_timings(one(rendered[1], "Deployment"))
+    assert grace > exit_within + pause, (grace, exit_within, pause)
 
 
 def test_probes_ports_and_selectors(rendered: tuple[str, list[dict]]) -> None:
