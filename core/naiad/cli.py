@@ -266,6 +266,10 @@ def build_parser() -> argparse.ArgumentParser:
                      help="close a new gRPC connection that has not finished its handshake "
                           "(TLS, HTTP/2 preface and settings) in this time (naiad only; "
                           "default 10000)")
+    net.add_argument("--grpc-message-timeout", type=int, default=60_000, metavar="MS",
+                     help="cancel a unary gRPC call whose request message has not come in "
+                          "full this long after the call started (a stalled client holds a "
+                          "server thread meanwhile); 0: no limit (naiad only; default 60000)")
     _add_flag(net, "--allow-metrics", True, "serve Prometheus metrics")
     net.add_argument("--metrics-address", default="0.0.0.0")
     net.add_argument("--metrics-port", type=int, default=8002)
@@ -421,6 +425,7 @@ def _options(args: argparse.Namespace) -> tuple[ServerOptions, Listeners]:
             max_header_size=args.grpc_max_header_size,
             idle_timeout_ms=args.grpc_idle_timeout,
             handshake_timeout_ms=args.grpc_handshake_timeout,
+            message_timeout_ms=args.grpc_message_timeout,
             header_forward_pattern=args.grpc_header_forward_pattern,
             restricted=parse_restrictions(args.grpc_restricted_protocol,
                                           "--grpc-restricted-protocol"),
@@ -500,7 +505,7 @@ def _check(args: argparse.Namespace) -> list[str]:
                             f"seconds")
     # grpc core takes these as C ints; a header limit under 1 KiB refuses every call.
     for flag, low in (("grpc_max_header_size", 1024), ("grpc_idle_timeout", 0),
-                      ("grpc_handshake_timeout", 1)):
+                      ("grpc_handshake_timeout", 1), ("grpc_message_timeout", 0)):
         if not low <= getattr(args, flag) <= 2**31 - 1:
             problems.append(f"--{flag.replace('_', '-')} must be from {low} to {2**31 - 1}")
     try:

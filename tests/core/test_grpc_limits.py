@@ -3,7 +3,8 @@
 idle timeouts) and what naiad answers itself (undecodable messages, shapes numpy cannot make,
 responses over --max-response-size). Raw HTTP/2 through the ``h2`` package (a dependency of
 hypercorn, so of naiad) where the official client cannot send what is tested; every wait
-bounded."""
+bounded. A unary call whose request message stalls (--grpc-message-timeout) is item 4's
+short body, on gRPC."""
 
 from __future__ import annotations
 
@@ -270,8 +271,63 @@ def test_a_streamed_response_over_the_limit_is_an_error_in_the_stream(server, ch
 @pytest.fixture(scope="module")
 def impatient_server(repo: Path) -> Iterator[ServerProcess]:
     with naiad_server("--model-repository", str(repo), "--grpc-idle-timeout=300",
-                      "--grpc-handshake-timeout=300") as process:
+                      "--grpc-handshake-timeout=300", "--grpc-message-timeout=300") as process:
         yield process
+
+
+def test_a_call_whose_message_stalls_is_cancelled_after_the_message_timeout(
+        impatient_server):
+    """Each stalled call held a server thread for as long as the client liked; a thousand of
+    them left none to anyone else."""
+    connection = RawConnection(impatient_server.grpc_port)
+    try:
+        streams = set()
+        for _ in range(8):
+            stream = connection.start_call("ModelInfer")
+            connection.h2.send_data(stream, b"\x00" + (1000).to_bytes(4, "big") + b"abc")
+            streams.add(stream)
+        connection.flush()
+        reset = set()
+        for event in connection.events(time.monotonic() + 20 * SECONDS):
+            if isinstance(event, h2.events.StreamReset):
+                reset.add(event.stream_id)
+            if reset == streams:
+                break
+    finally:
+        connection.close()
+    assert reset == streams
+    assert_serves(impatient_server)
+
+
+def test_a_call_that_ends_without_its_message_is_invalid_argument(impatient_server):
+    connection = RawConnection(impatient_server.grpc_port)
+    try:
+        stream = connection.start_call("ModelInfer")
+        connection.h2.end_stream(stream)
+        connection.flush()
+        headers = grpc_status(connection.events(time.monotonic() + 20 * SECONDS))
+    finally:
+        connection.close()
+    assert headers is not None and headers[b"grpc-status"] == b"3", headers
+    assert b"ModelInfer: the call ended without a request message" in \
+        headers[b"grpc-message"], headers
+
+
+def test_a_message_that_arrives_in_time_is_served(impatient_server):
+    request = infer_request([4], np.arange(4, dtype=np.float32).tobytes())
+    data = request.SerializeToString()
+    connection = RawConnection(impatient_server.grpc_port)
+    try:
+        stream = connection.start_call("ModelInfer")
+        connection.h2.send_data(stream, b"\x00" + len(data).to_bytes(4, "big") + data[:5])
+        connection.flush()
+        time.sleep(0.1 * SECONDS)  # a slow sender, within the 300 ms
+        connection.h2.send_data(stream, data[5:], end_stream=True)
+        connection.flush()
+        headers = grpc_status(connection.events(time.monotonic() + 20 * SECONDS))
+    finally:
+        connection.close()
+    assert headers is not None and headers[b"grpc-status"] == b"0", headers
 
 
 @pytest.mark.parametrize("sent", [b"", b"PRI * HTTP/2.0\r\n"])
@@ -321,8 +377,9 @@ def test_the_new_flags_are_checked_at_start_up(repo: Path):
     result = subprocess.run(
         [sys.executable, "-m", "naiad", "serve", "--model-repository", str(repo),
          "--grpc-max-header-size=100", "--grpc-idle-timeout=-1",
-         "--grpc-handshake-timeout=0"],
+         "--grpc-handshake-timeout=0", f"--grpc-message-timeout={2**31}"],
         capture_output=True, text=True, timeout=60, env={**os.environ})
     assert result.returncode != 0
-    for flag in ("--grpc-max-header-size", "--grpc-idle-timeout", "--grpc-handshake-timeout"):
+    for flag in ("--grpc-max-header-size", "--grpc-idle-timeout", "--grpc-handshake-timeout",
+                 "--grpc-message-timeout"):
         assert flag in result.stdout + result.stderr, result.stderr

@@ -18,8 +18,10 @@ received (``--http-max-input-size``: RESOURCE_EXHAUSTED as soon as a message ann
 more, before it is read) and sent (``--max-response-size``, which the encoder checks first
 with a better message), the metadata size (``--grpc-max-header-size``), the handshake time
 of a new connection (``--grpc-handshake-timeout``) and the idle time of a connection
-without calls (``--grpc-idle-timeout``). A message that does not parse is answered
-INVALID_ARGUMENT naming the RPC (:func:`method_handlers`), not grpc's INTERNAL.
+without calls (``--grpc-idle-timeout``). What it does not bound, the time a unary call
+takes to send its request message, naiad does (``--grpc-message-timeout``,
+:mod:`.read_timeout`). A message that does not parse is answered INVALID_ARGUMENT naming
+the RPC (:func:`method_handlers`), not grpc's INTERNAL.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from tritonclient.grpc import service_pb2
 
 from naiad.frontends.grpc.codec import UndecodableRequest
 from naiad.frontends.grpc.options import GRPCOptions
+from naiad.frontends.grpc.read_timeout import MessageWatch, receiving
 from naiad.frontends.grpc.service import InferenceServicer
 
 if TYPE_CHECKING:
@@ -95,8 +98,8 @@ def _uncompressed(behavior: Callable[[Any, grpc.ServicerContext], Any]
     return call
 
 
-def method_handlers(servicer: InferenceServicer,
-                    compression: bool = False) -> dict[str, grpc.RpcMethodHandler]:
+def method_handlers(servicer: InferenceServicer, compression: bool = False,
+                    watch: MessageWatch | None = None) -> dict[str, grpc.RpcMethodHandler]:
     """One handler per RPC of the service, as ``service_pb2_grpc`` registers them, except
     that the inference RPCs send the bytes the servicer already encoded.
 
@@ -105,6 +108,8 @@ def method_handlers(servicer: InferenceServicer,
 
     A request that does not parse reaches the handler as an :class:`UndecodableRequest`:
     unary RPCs answer it INVALID_ARGUMENT, ``ModelStreamInfer`` refuses it in the stream.
+    With a ``watch`` (``--grpc-message-timeout``), the unary RPCs are served as stream-unary
+    ones that receive their message under it (:mod:`.read_timeout`).
     """
     handlers = {}
     for method in _SERVICE.methods:
@@ -117,10 +122,14 @@ def method_handlers(servicer: InferenceServicer,
         elif method.client_streaming or method.server_streaming:  # pragma: no cover
             raise TypeError(f"unexpected streaming kind of RPC {method.name}")
         else:
-            make = grpc.unary_unary_rpc_method_handler
-            behavior = _decoded(behavior)
             if compression and method.name not in _COMPRESSED:
                 behavior = _uncompressed(behavior)
+            if watch is None:
+                make = grpc.unary_unary_rpc_method_handler
+                behavior = _decoded(behavior)
+            else:
+                make = grpc.stream_unary_rpc_method_handler
+                behavior = receiving(watch, method.name, behavior)
         handlers[method.name] = make(
             behavior, request_deserializer=_deserializer(method.name, request_type),
             response_serializer=serializer)
@@ -245,15 +254,19 @@ def server_credentials(options: GRPCOptions) -> grpc.ServerCredentials:
 class GRPCListener:
     """A started gRPC server and its thread pool; ``await stop(grace)`` ends both."""
 
-    def __init__(self, server: grpc.Server, pool: ThreadPoolExecutor) -> None:
+    def __init__(self, server: grpc.Server, pool: ThreadPoolExecutor,
+                 watch: MessageWatch | None = None) -> None:
         self.server = server
         self.pool = pool
+        self.watch = watch
 
     async def stop(self, grace: float | None) -> None:
         """Refuse new calls, give those in progress ``grace`` seconds, then cancel them."""
         stopped = self.server.stop(grace)
         await asyncio.get_running_loop().run_in_executor(None, stopped.wait)
         self.pool.shutdown(wait=False)
+        if self.watch is not None:
+            self.watch.stop()
 
 
 async def start_grpc_server(server: InferenceServer, address: str, port: int,
@@ -275,7 +288,9 @@ async def start_grpc_server(server: InferenceServer, address: str, port: int,
     servicer = InferenceServicer(server, asyncio.get_running_loop(),
                                  restricted=options.restricted,
                                  header_forward_pattern=options.header_forward_pattern)
-    handlers = method_handlers(servicer, compression)
+    watch = (MessageWatch(options.message_timeout_ms / 1000) if options.message_timeout_ms
+             else None)
+    handlers = method_handlers(servicer, compression, watch)
     grpc_server.add_generic_rpc_handlers(
         (grpc.method_handlers_generic_handler(_SERVICE.full_name, handlers),))
     grpc_server.add_registered_method_handlers(_SERVICE.full_name, handlers)
@@ -293,7 +308,7 @@ async def start_grpc_server(server: InferenceServer, address: str, port: int,
         pool.shutdown(wait=False)
         raise OSError(f"gRPC: cannot listen on {target}{tls}")
     grpc_server.start()
-    return GRPCListener(grpc_server, pool)
+    return GRPCListener(grpc_server, pool, watch)
 
 
 __all__ = ["GRPCListener", "channel_arguments", "server_credentials", "start_grpc_server"]

@@ -42,6 +42,9 @@ class GRPCOptions:
     # naiad only. A new connection must finish its handshake (TLS, the HTTP/2 preface and
     # settings) within this time or is closed.
     handshake_timeout_ms: int = 10_000
+    # naiad only. A unary call's request message must have come in full this long after the
+    # call started, else the call is cancelled (read_timeout.py); 0: no limit.
+    message_timeout_ms: int = 60_000
     # Request headers whose names match this regular expression become request parameters.
     header_forward_pattern: str = ""
     # API group -> the header a request to it must carry (``triton-grpc-protocol-<key>``).
