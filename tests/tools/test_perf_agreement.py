@@ -84,14 +84,19 @@ def test_same_csv_header_and_magnitude(perf_server: Any, perf_analyzer: PerfAnal
 @pytest.mark.long
 def test_within_ten_percent_at_1_4_16(perf_server: Any, perf_analyzer: PerfAnalyzer,
                                       tmp_path: Path) -> None:
-    levels, rounds, interval = [1, 4, 16], 3, 2000
+    # A shared machine rarely holds three windows within perf_analyzer's 10 % (its average
+    # latency swings with every CPU stall): both tools stabilise on p50 with a looser rule,
+    # and the medians of three alternate rounds are compared.
+    levels, rounds, interval, stability = [1, 4, 16], 3, 2000, 50
     pa_runs, our_runs = [], []
     for _ in range(rounds):  # alternately, so that both see the same machine
         pa_runs.append(perf_analyzer_levels(perf_analyzer, perf_server, levels,
                                             tmp_path / "pa.csv", "--measurement-interval",
-                                            str(interval)))
-        our_runs.append(naiad_perf_levels(perf_server, levels,
-                                          measurement_interval_ms=interval))
+                                            str(interval), "--stability-percentage",
+                                            str(stability), "--percentile", "50"))
+        our_runs.append(naiad_perf_levels(perf_server, levels, measurement_interval_ms=interval,
+                                          stability_percentage=float(stability),
+                                          percentile=50))
 
     def median(runs: list[dict[int, dict[str, float]]]) -> dict[int, dict[str, float]]:
         return {c: {k: statistics.median(r[c][k] for r in runs) for k in METRICS}
