@@ -86,7 +86,7 @@ def test_live_at_once_ready_once_loaded_with_progress_in_the_log(tmp_path: Path)
     assert "loading model 'sleepy' version 1" in log
     assert f"model 'sleepy' version 1: initialize (1 instance(s)) still running after " \
            f"{PROGRESS_S} s" in log
-    assert "model 'sleepy' version 1 ready in 2" in log  # 20.x s
+    assert "loaded model 'sleepy' version 1: ready in 2" in log  # 20.x s
     assert "start-up models loaded: 1 ready, 0 failed" in log
     assert "input_pinned_memory" not in log  # the full configuration: --log-verbose only
 

@@ -365,7 +365,7 @@ class ModelManager:
             loaded.fingerprint = fingerprint
             record.versions[version] = loaded
             record.states[version] = (READY, "")
-            log.info("model '%s' version %d ready in %.1f s", name, version,
+            log.info("loaded model '%s' version %d: ready in %.1f s", name, version,
                      time.monotonic() - started)
             return None
 
