@@ -302,6 +302,45 @@ def test_unregistering_during_inference_keeps_the_request_whole(server, region, 
     assert_alive(server)
 
 
+def test_unregistering_during_an_http_inference_never_fails_it_uncleanly(server, region,
+                                                                         gate):
+    """Over HTTP the request either completes as over gRPC or, if the frontend looks its
+    output region up again when it answers, is refused NOT_FOUND naming the region: never a
+    5xx, never a write elsewhere."""
+    name, path = region()
+    for marker in ("started", "release"):
+        (gate / marker).unlink(missing_ok=True)
+    inputs = [httpclient.InferInput("INPUT0", [DATA.size], "FP32")]
+    inputs[0].set_shared_memory(name, DATA.nbytes, offset=DATA_OFFSET)
+    outputs = [httpclient.InferRequestedOutput("OUTPUT0", binary_data=True)]
+    outputs[0].set_shared_memory(name, DATA.nbytes, offset=32 * KIB)
+    done: list[object] = []
+
+    def infer() -> object:
+        with httpclient.InferenceServerClient(server.http_url, network_timeout=30) as client:
+            return client.infer("gated", inputs, outputs=outputs)
+
+    thread = threading.Thread(target=lambda: done.append(_capture(infer)))
+    thread.start()
+    try:
+        wait_for(gate / "started")
+        with httpclient.InferenceServerClient(server.http_url) as client:
+            client.unregister_system_shared_memory(name)
+    finally:
+        (gate / "release").touch()
+        thread.join(30 * SECONDS)
+    (result,) = done
+    with open(path, "rb") as f:
+        f.seek(32 * KIB)
+        written = np.frombuffer(f.read(DATA.nbytes), np.float32)
+    if isinstance(result, InferenceServerException):
+        assert result.status() == "404" and f"'{name}'" in result.message(), result
+        assert not written.any()  # nothing half-written
+    else:
+        np.testing.assert_array_equal(written, DATA)
+    assert_alive(server)
+
+
 def _capture(call: Callable[[], object]) -> object:
     try:
         return call()
