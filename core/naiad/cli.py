@@ -548,11 +548,11 @@ KNOWN_COMMANDS = {"perf": ("naiad-perf", "./tools/naiad-perf"),
 def _external_command(argv: Sequence[str] | None) -> int | None:
     """Run ``naiad NAME ...`` from an installed "naiad.commands" entry point; None when the
     first argument is a built-in command or an option (argparse takes it from there)."""
-    from importlib.metadata import entry_points
-
     args = list(sys.argv[1:] if argv is None else argv)
     if not args or args[0].startswith("-") or args[0] in BUILTIN_COMMANDS:
         return None
+    from importlib.metadata import entry_points
+
     for entry in entry_points(group=COMMANDS_GROUP):
         if entry.name == args[0]:
             return int(entry.load()(args[1:]) or 0)
