@@ -26,6 +26,7 @@ from naiad_perf.analyze.cli import main
 SECONDS = 1.0
 RUN_TIMEOUT = 280 * SECONDS  # a guard against a hang; a lean run takes about 20 s
 CHECKPOINT_WAIT = 120 * SECONDS
+LONG_RUN_TIMEOUT = 900 * SECONDS  # brute mode, 12 candidates at three levels: a few minutes
 MAX_P99_MS = 250.0  # loose: two shared cores are noisy; the gain is what is checked
 LEAN = ["--concurrency-range", "2,8", "--measurement-interval", "400", "--max-trials", "3",
         "--stability-percentage", "50", "--max-latency-p99", str(MAX_P99_MS)]
@@ -136,17 +137,15 @@ def test_memory_constraints_on_a_server_it_cannot_see_are_refused(tmp_path, caps
 
 
 @pytest.mark.long
+@pytest.mark.timeout(LONG_RUN_TIMEOUT + 60)
 @pytest.mark.parametrize("model", ["mlp_python", "mlp_onnx"])
-def test_brute_mode_with_full_windows(repo, tmp_path, model):
+def test_brute_mode_with_longer_windows(repo, tmp_path, model):
     out = tmp_path / "out"
     run = subprocess.run(analyze_command(
         "-m", model, "--model-repository", str(repo), "--mode", "brute", "--max-candidates",
-        "12", "--concurrency-range", "1,2,4,8,16", "--measurement-interval",
-        "2000", "--max-latency-p99", "100", "-o", str(out)),
-        capture_output=True, text=True, timeout=20 * RUN_TIMEOUT)
+        "12", "--concurrency-range", "1,4,16", "--measurement-interval", "1000",
+        "--max-latency-p99", str(MAX_P99_MS), "-o", str(out)),
+        capture_output=True, text=True, timeout=LONG_RUN_TIMEOUT)
     assert run.returncode == 0, run.stdout + run.stderr
-    rows = read_rows(out)
-    assert len(rows) == 12
-    winner, default = rows[0], next(row for row in rows if row["is_default"] == "1")
-    assert winner["meets_constraints"] == "1"
-    assert float(winner["throughput_infer_per_s"]) > float(default["throughput_infer_per_s"])
+    assert len(read_rows(out)) == 12
+    check_gain(out)
