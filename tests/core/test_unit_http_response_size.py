@@ -11,6 +11,7 @@ import pytest
 from naiad.errors import InferenceServerError, Status, http_status
 from naiad.frontends.http import codec
 from naiad.frontends.http.codec import encode_response
+from naiad.frontends.http.generate_codec import encode_generate
 from naiad.shm import SharedMemoryRegistry
 from naiad.types import InferenceRequest, InferenceResponse, RequestedOutput, Tensor
 
@@ -93,3 +94,16 @@ def test_the_largest_output_is_named():
 def test_an_answer_that_fits_is_unchanged():
     tensors = [fp32("OUT", np.arange(10))]
     assert encode(tensors, MIB) == encode(tensors, None)
+
+
+def test_generate_answers_have_the_same_limit():
+    big = [fp32("OUT", np.zeros(1_000))]  # at least 4,002 bytes as JSON
+    with pytest.raises(InferenceServerError) as info:
+        encode_generate(request(), InferenceResponse(big), 1_000)
+    assert info.value.status is Status.RESOURCE_EXHAUSTED
+    assert "--max-response-size (1000 bytes)" in info.value.message
+    text = [Tensor("TEXT", "BYTES", (1,), np.array([b"x" * 900], dtype=object))]
+    with pytest.raises(InferenceServerError):  # known once written: 900 bytes and the rest
+        encode_generate(request(), InferenceResponse(text), 920)
+    assert encode_generate(request(), InferenceResponse(text), 2_000) == \
+        encode_generate(request(), InferenceResponse(text))

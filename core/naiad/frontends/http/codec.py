@@ -212,7 +212,7 @@ def response_too_large(model: str, limit: int, size: int, output: str, exact: bo
         f"raise the limit", Status.RESOURCE_EXHAUSTED)
 
 
-def _json_bounds(tensor: Tensor) -> tuple[int, int | None]:
+def json_size_bounds(tensor: Tensor) -> tuple[int, int | None]:
     """The fewest and most bytes of ``tensor``'s data as a JSON list (most: None when it
     cannot be told without writing it)."""
     count = int(tensor.data.size)
@@ -252,7 +252,7 @@ def _write_json_data(model: str, pending: list[tuple[dict[str, Any], Tensor]], s
         for entry, tensor in pending:
             entry["data"] = to_list(tensor)
         return
-    bounds = [_json_bounds(tensor) for _, tensor in pending]
+    bounds = [json_size_bounds(tensor) for _, tensor in pending]
     low = spent + sum(b[0] for b in bounds)
     if low > limit:
         largest = max(range(len(pending)), key=lambda i: bounds[i][0])

@@ -112,9 +112,9 @@ class GenerateEndpoint:
         watcher = asyncio.ensure_future(_watch(receive, responses))
         try:
             if self.streaming:
-                await _send_events(send, request, responses)
+                await _send_events(send, request, responses, server.options.max_response_size)
             else:
-                await _send_one(send, request, responses)
+                await _send_one(send, request, responses, server.options.max_response_size)
         finally:
             watcher.cancel()
             if not responses.ended:  # nobody reads the rest: let the model stop
@@ -128,7 +128,8 @@ async def _watch(receive: Any, responses: _Responses) -> None:
     responses.queue.put_nowait(_DISCONNECTED)
 
 
-async def _send_one(send: Any, request: InferenceRequest, responses: _Responses) -> None:
+async def _send_one(send: Any, request: InferenceRequest, responses: _Responses,
+                    max_size: int) -> None:
     first = await responses.next()
     if first is None:
         return  # the client hung up; there is nobody to answer
@@ -146,10 +147,16 @@ async def _send_one(send: Any, request: InferenceRequest, responses: _Responses)
         await _send_whole(send, INFERENCE_ERROR_STATUS,
                           error_body(f"{ONE_RESPONSE} (model '{request.model_name}')"))
         return
-    await _send_whole(send, 200, encode_generate(request, response))
+    try:
+        body = encode_generate(request, response, max_size)
+    except InferenceServerError as exc:
+        await _send_whole(send, http_status(exc), error_body(exc.message))
+        return
+    await _send_whole(send, 200, body)
 
 
-async def _send_events(send: Any, request: InferenceRequest, responses: _Responses) -> None:
+async def _send_events(send: Any, request: InferenceRequest, responses: _Responses,
+                       max_size: int) -> None:
     started = False
     while True:
         item = await responses.next()
@@ -157,12 +164,16 @@ async def _send_events(send: Any, request: InferenceRequest, responses: _Respons
             return
         response, final = item
         if response is not None:
+            failed = response.error is not None
             if response.error is not None:
                 event = error_body(response.error.message)
             else:
-                event = encode_generate(request, response)
+                try:
+                    event = encode_generate(request, response, max_size)
+                except InferenceServerError as exc:  # too large: an error event
+                    event, failed = error_body(exc.message), True
             if not started:
-                status = 200 if response.error is None else INFERENCE_ERROR_STATUS
+                status = INFERENCE_ERROR_STATUS if failed else 200
                 await _start(send, status, EVENT_STREAM)
                 started = True
             await send({"type": "http.response.body", "body": b"data: " + event + b"\n\n",

@@ -25,6 +25,7 @@ from typing import Any
 import orjson
 
 from naiad.errors import invalid_arg
+from naiad.frontends.http.codec import json_size_bounds, response_too_large
 from naiad.frontends.tensors import from_list, to_list
 from naiad.models.signature import ModelSignature, TensorSpec, format_shape
 from naiad.types import InferenceRequest, InferenceResponse, Tensor
@@ -115,8 +116,17 @@ def _json_type(value: Any) -> str:
     return "an object"
 
 
-def encode_generate(request: InferenceRequest, response: InferenceResponse) -> bytes:
-    """The JSON object of one successful response."""
+def encode_generate(request: InferenceRequest, response: InferenceResponse,
+                    max_size: int | None = None) -> bytes:
+    """The JSON object of one successful response; RESOURCE_EXHAUSTED when it would exceed
+    ``max_size`` bytes (``--max-response-size``: refused before it is written when even the
+    shortest text of the outputs would)."""
+    if max_size is not None and response.outputs:
+        bounds = [json_size_bounds(tensor)[0] for tensor in response.outputs]
+        if sum(bounds) > max_size:
+            largest = response.outputs[bounds.index(max(bounds))].name
+            raise response_too_large(request.model_name, max_size, sum(bounds), largest,
+                                     exact=False)
     doc: dict[str, Any] = {}
     for tensor in response.outputs:
         values = to_list(tensor)
@@ -125,4 +135,8 @@ def encode_generate(request: InferenceRequest, response: InferenceResponse) -> b
     doc["model_version"] = str(request.model_version)
     if request.id:
         doc[ID] = request.id
-    return orjson.dumps(doc, option=orjson.OPT_SORT_KEYS)
+    body = orjson.dumps(doc, option=orjson.OPT_SORT_KEYS)
+    if max_size is not None and len(body) > max_size:
+        largest = max(response.outputs, key=lambda tensor: tensor.data.size).name
+        raise response_too_large(request.model_name, max_size, len(body), largest, exact=True)
+    return body
