@@ -336,3 +336,25 @@ def test_cors_preflights_are_not_granted(uvicorn):
         answer = read_until_closed(sock)
     assert parse(answer)[0] == 405
     assert b"access-control-allow" not in answer.lower()
+
+
+def peak_rss_kib(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as status:
+        return next(int(line.split()[1]) for line in status if line.startswith("VmHWM"))
+
+
+@pytest.mark.long
+def test_a_32_mib_input_asked_back_as_json_is_refused_with_bounded_memory(repo):
+    """The issue's case at the default limit: a 32 MiB FP32 input to an identity model
+    asked back as JSON (~150 MB of text). Before: 200 after ~5 s, the server's peak RSS up by
+    ~550 MB. Now: 413 once 128 MiB of text are written, the peak up by about that plus the
+    tensors (measured ~210 MB)."""
+    with naiad_server("--model-repository", str(repo)) as server:
+        assert server.process is not None
+        before = peak_rss_kib(server.process.pid)
+        data = np.random.default_rng(0).random(8 * 1024 * 1024, dtype=np.float32)
+        with pytest.raises(InferenceServerException) as info:
+            identity(server, data, binary=False)
+        assert info.value.status() == "413", info.value.message()
+        grown_mib = (peak_rss_kib(server.process.pid) - before) / 1024
+        assert grown_mib < 320, f"the server's peak RSS grew by {grown_mib:.0f} MiB"
