@@ -107,6 +107,12 @@ GRPC_KINDS: list[GRPCKind] = [
              ("x1",)),
     GRPCKind("model_name_oversized", "ModelInfer", infer(model="m" * 10000), "NOT_FOUND",
              ("unknown model",)),
+    # an answer echoing these names passes grpc's default 16 KiB hard metadata limit
+    # (percent-encoded), so the client would get RESOURCE_EXHAUSTED instead of it
+    GRPCKind("model_name_beyond_the_metadata_limit", "ModelInfer", infer(model="m" * 20000),
+             "NOT_FOUND", ("unknown model",)),
+    GRPCKind("model_name_multibyte_oversized", "ModelInfer", infer(model="\u00e9" * 3000),
+             "NOT_FOUND", ("unknown model",)),
     GRPCKind("model_name_with_nul", "ModelInfer", infer(model="add\0sub"), "NOT_FOUND",
              ("unknown model",)),
     GRPCKind("model_name_invalid_utf8", "ModelInfer", _invalid_utf8_name(), "INVALID_ARGUMENT"),
@@ -154,6 +160,8 @@ GRPC_KINDS: list[GRPCKind] = [
     GRPCKind("parameter_sequence_start_a_string", "ModelInfer",
              infer(parameters={"sequence_start": {"string_param": "yes"}}),
              "INVALID_ARGUMENT", ("sequence_start",)),
+    GRPCKind("parameter_custom_without_a_value", "ModelInfer",
+             infer(parameters={"mine": {}}), "INVALID_ARGUMENT", ("mine",)),
     GRPCKind("output_unknown", "ModelInfer",
              infer(outputs=[pb.ModelInferRequest.InferRequestedOutputTensor(name="OUTPUT9")]),
              "INVALID_ARGUMENT", ("OUTPUT9",)),

@@ -208,6 +208,8 @@ HTTP_KINDS: list[HTTPKind] = [
              body=add_sub(parameters={"binary_data_output": "no"}), status=400,
              fragments=("binary_data_output",)),
     HTTPKind("request_id_a_number", body=add_sub(id=5), status=400, fragments=("id",)),
+    HTTPKind("request_parameters_an_empty_list", body=add_sub(parameters=[]), status=400,
+             fragments=("'parameters'",)),
     # --- requested outputs --------------------------------------------------------------------
     HTTPKind("outputs_not_a_list", body=add_sub(outputs={"name": "OUTPUT0"}), status=400,
              fragments=("'outputs'",)),
@@ -354,6 +356,10 @@ HTTP_KINDS: list[HTTPKind] = [
     HTTPKind("shm_register_key_with_dots", path=REGISTER, status=400,
              fragments=("/dev/../etc/passwd",),
              body=js({"key": "/dev/../etc/passwd", "offset": 0, "byte_size": 16})),
+    # its own region name: a server that took true for 1 registers it, and no other row
+    HTTPKind("shm_register_offset_a_boolean", status=400, fragments=("offset",),
+             path="/v2/systemsharedmemory/region/corpus_bool/register",
+             body=js({"key": "/" + REGION, "offset": True, "byte_size": 16})),
     HTTPKind("shm_register_negative_sizes", path=REGISTER, status=400,
              fragments=("offset", "byte_size"),
              body=js({"key": "/x", "offset": -5, "byte_size": -1})),

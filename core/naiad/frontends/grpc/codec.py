@@ -16,6 +16,13 @@ from tritonclient.grpc import service_pb2
 
 from naiad.datatypes import NUMPY_DTYPES
 from naiad.errors import invalid_arg
+from naiad.frontends.parameters import (
+    CUSTOM,
+    INPUT_PARAMETERS,
+    OUTPUT_PARAMETERS,
+    REQUEST_PARAMETERS,
+    grpc_parameters,
+)
 from naiad.frontends.tensors import (
     check_header,
     from_list,
@@ -127,7 +134,9 @@ def decode_request(model_name: str, version: int, msg: Any, registry: SharedMemo
                 raise invalid_arg(f"input '{name}' of model '{model_name}' gives both a "
                                   f"shared memory region and 'contents': use one")
             tensor = read_shm_input(registry, model_name, name, datatype, shape,
-                                    params_to_dict(params), max_bytes)
+                                    grpc_parameters(params, INPUT_PARAMETERS,
+                                                    f"input '{name}' of model "
+                                                    f"'{model_name}'"), max_bytes)
         elif item.HasField("contents"):
             if raw_count:
                 raise invalid_arg(f"input '{name}' of model '{model_name}' has 'contents' but "
@@ -156,7 +165,9 @@ def decode_request(model_name: str, version: int, msg: Any, registry: SharedMemo
     if msg.outputs:
         requested = []
         for out in msg.outputs:
-            out_params = params_to_dict(out.parameters) if out.parameters else {}
+            out_params = grpc_parameters(
+                out.parameters, OUTPUT_PARAMETERS,
+                f"output '{out.name}' of model '{model_name}'") if out.parameters else {}
             if out_params:
                 target = requested_output_target(registry, model_name, out.name, out_params)
                 if target is not None:
@@ -170,7 +181,8 @@ def decode_request(model_name: str, version: int, msg: Any, registry: SharedMemo
         inputs=inputs,
         id=msg.id,
         requested_outputs=requested,
-        parameters=params_to_dict(msg.parameters) if msg.parameters else {},
+        parameters=grpc_parameters(msg.parameters, REQUEST_PARAMETERS,
+                                   f"model '{model_name}'", CUSTOM) if msg.parameters else {},
     )
     return request, to_shm
 

@@ -10,8 +10,9 @@ refused there (UNIMPLEMENTED, as tritonserver): its responses need ``ModelStream
 coroutine run on the event loop (:func:`_on_loop`), which owns the model repository.
 
 Every RPC turns an :class:`InferenceServerError` into the gRPC status that
-:func:`naiad.errors.grpc_status` maps it to, with the error's message; anything else
-becomes INTERNAL and the server keeps serving. In a stream, a failed request puts its
+:func:`naiad.errors.grpc_status` maps it to, with the error's message (bounded so that
+every client receives it: :mod:`.status`); anything else becomes INTERNAL and the server
+keeps serving. In a stream, a failed request puts its
 message in ``error_message`` and the stream goes on, as tritonserver does.
 
 Endpoint restrictions (``--grpc-restricted-protocol``) are resolved when the servicer is
@@ -37,6 +38,7 @@ from naiad import logs
 from naiad.errors import InferenceServerError, grpc_status, invalid_arg, unsupported
 from naiad.frontends.forwarding import header_forwarder
 from naiad.frontends.grpc.codec import ResponseEncoder, decode_request, params_to_dict
+from naiad.frontends.grpc.status import abort
 from naiad.frontends.grpc.stream import Stream
 from naiad.frontends.restrictions import GRPCRequirement, Restriction, grpc_requirements
 from naiad.models.staging import file_parameters
@@ -70,11 +72,11 @@ def _on_loop(method: F) -> F:
             return asyncio.run_coroutine_threadsafe(method(self, request, context),
                                                     self.loop).result()
         except InferenceServerError as err:
-            context.abort(grpc_status(err), err.message)
+            abort(context, grpc_status(err), err.message)
         except Exception as exc:
             log.exception("gRPC %s failed", method.__name__)
-            context.abort(_INTERNAL, f"{method.__name__}: internal error: "
-                                     f"{type(exc).__name__}: {exc}")
+            abort(context, _INTERNAL, f"{method.__name__}: internal error: "
+                                      f"{type(exc).__name__}: {exc}")
 
     return wrapper  # type: ignore[return-value]
 
@@ -159,14 +161,14 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
             response = answer(infer_request, future.result())
             return self.encoder.encode(infer_request, response, to_shm)
         except InferenceServerError as err:
-            context.abort(grpc_status(err), err.message)
+            abort(context, grpc_status(err), err.message)
         except CancelledError:  # the client gave up while the request was queued
-            context.abort(grpc.StatusCode.CANCELLED, f"model '{request.model_name}': the "
-                                                     f"request was cancelled")
+            abort(context, grpc.StatusCode.CANCELLED, f"model '{request.model_name}': the "
+                                                      f"request was cancelled")
         except Exception as exc:  # a bug must not take the server down
             log.exception("gRPC inference on model '%s' failed", request.model_name)
-            context.abort(_INTERNAL, f"model '{request.model_name}': internal error: "
-                                     f"{type(exc).__name__}: {exc}")
+            abort(context, _INTERNAL, f"model '{request.model_name}': internal error: "
+                                      f"{type(exc).__name__}: {exc}")
         finally:
             answered = True
             if exchange is not None:

@@ -382,16 +382,22 @@ class HTTPFrontend:
     async def repository_index(self, request: Request) -> Response:
         try:
             doc = await self._json_body(request)
+            ready = doc.get("ready", False)
+            if type(ready) is not bool:  # bool("maybe") would be True
+                raise invalid_arg(f"repository index: 'ready' must be true or false, got "
+                                  f"{orjson.dumps(ready).decode()[:40]}")
         except InferenceServerError as exc:
             return _error(exc)
-        return _json(self.server.models.index(ready_only=bool(doc.get("ready", False))))
+        return _json(self.server.models.index(ready_only=ready))
 
     async def load(self, request: Request) -> Response:
         name = request.path_params["model"]
         try:
             doc = await self._json_body(request)
-            params = doc.get("parameters") or {}
-            if not isinstance(params, dict):
+            params = doc.get("parameters")
+            if params is None:  # absent or null; [] is not "no parameters"
+                params = {}
+            elif not isinstance(params, dict):
                 raise invalid_arg(f"failed to load '{name}': 'parameters' must be a JSON "
                                   f"object")
             config = params.get("config")
@@ -454,8 +460,8 @@ class HTTPFrontend:
         try:
             doc = await self._json_body(request)
             key, offset, size = doc.get("key"), doc.get("offset", 0), doc.get("byte_size")
-            if not isinstance(key, str) or not isinstance(offset, int) or \
-                    not isinstance(size, int):
+            if type(key) is not str or type(offset) is not int or \
+                    type(size) is not int:  # true is an int to isinstance
                 raise invalid_arg(f"registering shared memory region '{region}' needs 'key' "
                                   f"(string), 'offset' and 'byte_size' (integers)")
             self.server.shared_memory.register(region, key, offset, size)

@@ -12,6 +12,13 @@ from typing import Any
 import orjson
 
 from naiad.errors import InferenceServerError, Status, invalid_arg
+from naiad.frontends.parameters import (
+    CUSTOM,
+    INPUT_PARAMETERS,
+    OUTPUT_PARAMETERS,
+    REQUEST_PARAMETERS,
+    check_json_parameters,
+)
 from naiad.frontends.tensors import (
     check_header,
     from_list,
@@ -26,59 +33,6 @@ from naiad.shm import SharedMemoryRegistry
 from naiad.types import InferenceRequest, InferenceResponse, RequestedOutput, Tensor
 
 HEADER_LENGTH = "inference-header-content-length"
-
-
-def _is_bool(value: Any) -> bool:
-    return value is True or value is False
-
-
-def _is_uint(value: Any) -> bool:
-    return type(value) is int and value >= 0
-
-
-def _is_uint_or_string(value: Any) -> bool:
-    return _is_uint(value) or type(value) is str
-
-
-def _is_string(value: Any) -> bool:
-    return type(value) is str
-
-
-# The parameters tritonserver's HTTP frontend reads, and the JSON type each must have (what
-# it expects, a test). Tritonserver refuses a wrong type too (with a 500; naiad a 400).
-_BOOL = ("true or false", _is_bool)
-_UINT = ("an unsigned integer", _is_uint)
-_REGION = ("a region name (a string)", _is_string)
-REQUEST_PARAMETERS = {
-    "binary_data_output": _BOOL, "priority": _UINT, "timeout": _UINT,
-    "sequence_id": ("an unsigned integer or a string", _is_uint_or_string),
-    "sequence_start": _BOOL, "sequence_end": _BOOL,
-}
-INPUT_PARAMETERS = {
-    "binary_data_size": _UINT, "shared_memory_region": _REGION,
-    "shared_memory_byte_size": _UINT, "shared_memory_offset": _UINT,
-}
-OUTPUT_PARAMETERS = {
-    "binary_data": _BOOL, "classification": _UINT, "shared_memory_region": _REGION,
-    "shared_memory_byte_size": _UINT, "shared_memory_offset": _UINT,
-}
-# Any other request parameter reaches the model: tritonserver takes integers, booleans and
-# strings (and numbers, observed in 2.51); naiad the same, so a model never sees a list.
-_CUSTOM = ("an integer, number, boolean or string", lambda value: type(value) in (
-    int, float, bool, str))
-
-
-def check_parameters(params: dict[str, Any], known: dict[str, tuple[str, Any]], what: str,
-                     custom: tuple[str, Any] | None = None) -> None:
-    """Refuse a parameter whose JSON type is not the one ``known`` (or, for the others,
-    ``custom``) expects, naming it, the expected type and the value."""
-    for key, value in params.items():
-        rule = known.get(key, custom)
-        if rule is not None and not rule[1](value):
-            shown = orjson.dumps(value).decode()
-            if len(shown) > 40:
-                shown = shown[:40] + "..."
-            raise invalid_arg(f"{what}: parameter '{key}' must be {rule[0]}, got {shown}")
 
 
 def decode_request(model_name: str, version: int, body: bytes, header_length: int | None,
@@ -111,13 +65,15 @@ def decode_request(model_name: str, version: int, body: bytes, header_length: in
         name = item.get("name")
         datatype = item.get("datatype")
         shape = check_header(model_name, name, datatype, item.get("shape"))
-        params = item.get("parameters") or {}
-        if not isinstance(params, dict):
+        params = item.get("parameters")
+        if params is None:
+            params = {}
+        elif not isinstance(params, dict):
             raise invalid_arg(f"input '{name}' of model '{model_name}': 'parameters' must be "
                               f"an object")
         if params:
-            check_parameters(params, INPUT_PARAMETERS, f"input '{name}' of model "
-                                                       f"'{model_name}'")
+            check_json_parameters(params, INPUT_PARAMETERS,
+                                  f"input '{name}' of model '{model_name}'")
         size = params.get("binary_data_size")
         if size is not None:
             if offset + size > len(binary):
@@ -150,26 +106,35 @@ def decode_request(model_name: str, version: int, body: bytes, header_length: in
             if not isinstance(item, dict) or not isinstance(item.get("name"), str):
                 raise invalid_arg(f"model '{model_name}': each entry of 'outputs' needs a "
                                   f"'name'")
-            out_params = item.get("parameters") or {}
-            if not isinstance(out_params, dict):
+            out_params = item.get("parameters")
+            if out_params is None:
+                out_params = {}
+            elif not isinstance(out_params, dict):
                 raise invalid_arg(f"output '{item['name']}' of model '{model_name}': "
                                   f"'parameters' must be an object")
             if out_params:
-                check_parameters(out_params, OUTPUT_PARAMETERS,
-                                 f"output '{item['name']}' of model '{model_name}'")
+                check_json_parameters(out_params, OUTPUT_PARAMETERS,
+                                      f"output '{item['name']}' of model '{model_name}'")
                 _check_output(registry, model_name, item["name"], out_params)
             requested.append(RequestedOutput(item["name"], out_params))
-    params = doc.get("parameters") or {}
-    if not isinstance(params, dict):
+    params = doc.get("parameters")
+    if params is None:  # absent, or null: [], 0, "" and false are not "no parameters"
+        params = {}
+    elif not isinstance(params, dict):
         raise invalid_arg(f"model '{model_name}': request 'parameters' must be an object")
     if params:
-        check_parameters(params, REQUEST_PARAMETERS, f"model '{model_name}'", _CUSTOM)
-    request_id = doc.get("id", "")
+        check_json_parameters(params, REQUEST_PARAMETERS, f"model '{model_name}'", CUSTOM)
+    request_id = doc.get("id")
+    if request_id is None:  # absent or null: no id
+        request_id = ""
+    elif type(request_id) is not str:  # as tritonserver: a string, never coerced
+        raise invalid_arg(f"model '{model_name}': the request 'id' must be a string, got "
+                          f"{orjson.dumps(request_id).decode()[:40]}")
     return InferenceRequest(
         model_name=model_name,
         model_version=version,
         inputs=inputs,
-        id=request_id if isinstance(request_id, str) else str(request_id),
+        id=request_id,
         requested_outputs=requested,
         parameters=params,
     )
