@@ -91,6 +91,14 @@ def test_the_grid_is_unique_valid_and_starts_at_the_default():
     grid = list(space.grid())
     keys = [key(c) for c in grid]
     assert keys[0] == key(space.default())
+    # one setting changed comes before two: 3 other sizes, 2 other counts, batching on
+    assert {c["instance_count"] != 1 or c["max_batch_size"] != 8 or c["dynamic_batching"]
+            for c in grid[1:7]} == {True}
+    assert "instance_count=1,dynamic_batching=1,max_batch_size=8,max_queue_delay_us=0," \
+           "preferred_batch_size=0" in keys[1:7]
+    assert all(sum(c.get(n) != d for n, d in (("instance_count", 1), ("max_batch_size", 8),
+                                              ("dynamic_batching", 0))) == 1
+               for c in grid[1:7])
     assert len(keys) == len(set(keys))
     assert all(space.valid(c) for c in grid)
     # 3 counts x 4 sizes without batching; with it also 2 delays x valid preferred sizes
@@ -172,8 +180,7 @@ def test_quick_search_respects_the_budget_and_brute_search_the_grid_order():
     log = quick_search(space, evaluate, max_candidates=2, min_gain=0.02)
     assert len(order) == 2 and log.best.result.candidate["instance_count"] == 2
     evaluate, order = evaluator(space, lambda c: 100.0 * c["instance_count"])
-    log = brute_search(space, evaluate, max_candidates=5, min_gain=0.02)
-    assert order == [key(c) for c in list(space.grid())[:5]]
-    assert log.skipped == len(list(space.grid())) - 5
-    most = max(c["instance_count"] for c in list(space.grid())[:5])
-    assert log.best.result.candidate["instance_count"] == most > 1
+    log = brute_search(space, evaluate, max_candidates=7, min_gain=0.02)
+    assert order == [key(c) for c in list(space.grid())[:7]]
+    assert log.skipped == len(list(space.grid())) - 7
+    assert log.best.result.candidate["instance_count"] == 3

@@ -189,10 +189,14 @@ class SearchSpace:
             if name not in seen and self.valid(candidate):
                 seen.add(name)
                 found.append(candidate)
-        base = self.default()
-        found.sort(key=lambda c: (sum(c.get(k) != v for k, v in base.items())
-                                  + len(set(c) ^ set(base)), [c.get(d.name, -1)
-                                                              for d in self.dimensions]))
+        defaults = {d.name: d.default for d in self.dimensions}
+
+        def distance(candidate: Candidate) -> int:
+            # Settings changed from the model's own; turning dynamic batching on is one
+            # change, its delay and preferred size count only when they differ as well.
+            return sum(candidate.get(name, value) != value for name, value in defaults.items())
+
+        found.sort(key=lambda c: (distance(c), [c.get(d.name, -1) for d in self.dimensions]))
         yield from found
 
     # --- configuration ------------------------------------------------------------------------
