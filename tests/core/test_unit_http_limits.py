@@ -180,3 +180,12 @@ def test_hypercorn_gets_the_same_limits():
     assert hypercorn_settings(LIMITS) == {"h11_max_incomplete_size": 1024,
                                           "h2_max_header_list_size": 1024,
                                           "keep_alive_timeout": 60}
+
+
+def test_a_pipelined_request_after_the_end_of_a_body_is_not_charged_for_it(loop):
+    connection = Connection(loop)
+    first, second = request("/first", body=b"b" * 5_000), request("/second")
+    # The first request's body spans two reads; the second read also starts the next one.
+    connection.feed(first[:100], first[100:] + second[:20], second[20:])
+    assert [r["path"] for r in connection.requests] == ["/first", "/second"]
+    connection.close()

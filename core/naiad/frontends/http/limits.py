@@ -92,9 +92,10 @@ def refusal_bytes(status: int, message: str) -> bytes:
         b"connection: close\r\n\r\n", body])
 
 
-# Where a connection's parser stands.
-_IDLE = 0      # between requests: nothing of the next one received
-_HEADERS = 1   # inside a request's header block
+# Where a connection's parser stands. Inside a header block it is still _IDLE or _DONE:
+# uvicorn starts a new header list per request, so "the current list is not the last one
+# completed" tells it without a method call per request (GuardedHttpToolsProtocol._in_headers).
+_IDLE = 0      # no request received yet
 _BODY = 2      # headers complete, body not yet
 _DONE = 3      # the whole request received (the application may still be answering it)
 _CLOSING = 4   # refused: the answer is written, what arrives is dropped
@@ -116,10 +117,12 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
     def __init__(self, *args: Any, limits: HTTPLimits, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.limits = limits
+        self._max_header_size = limits.max_header_size
+        self._max_header_count = limits.max_header_count
         self._phase = _IDLE
+        self._completed: list | None = None  # header list of the last complete header block
         self._header_bytes = 0  # of the current header block, in reads before this one
         self._read_size = 0
-        self._begun = 0  # requests that began in the current read
         self._timer: asyncio.TimerHandle | None = None
         self._body_seen = 0.0  # loop time when body bytes last arrived
         self._refusal: tuple[int, str] | None = None
@@ -136,11 +139,16 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
-        if self._phase == _CLOSING:
+        start = self._phase
+        if start == _CLOSING:
             return
         # As uvicorn's, with a refusal raised in a parser callback answered as such.
-        self._unset_keepalive_if_required()
-        start, self._begun, self._read_size = self._phase, 0, len(data)
+        keepalive = self.timeout_keep_alive_task
+        if keepalive is not None:
+            keepalive.cancel()
+            self.timeout_keep_alive_task = None
+        headers, completed = self.headers, self._completed
+        self._read_size = len(data)
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserCallbackError:
@@ -157,20 +165,20 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
                 self.handle_websocket_upgrade()
             else:
                 self._unsupported_upgrade_warning()
-        phase = self._phase
-        if phase == _HEADERS:  # the read ended inside a header block
-            if not self._begun:
+        now = self.headers
+        if now is not None and now is not self._completed:  # it ended inside a header block
+            if now is headers:
                 self._header_bytes += len(data)
-            elif self._begun == 1 and start in (_IDLE, _DONE):
+            elif self._completed is completed and start != _BODY:
                 self._header_bytes = len(data)  # the request began with this read
             else:  # pipelined: it began after another request in this read
                 self._header_bytes = self._parsed_header_size()
-            if self._header_bytes > self.limits.max_header_size:
+            if self._header_bytes > self._max_header_size:
                 self._refuse(HEADER_FIELDS_TOO_LARGE, self.limits.header_size_refusal())
             elif self._timer is None:
                 self._timer = self.loop.call_later(self.limits.header_timeout,
                                                    self._header_timeout)
-        elif phase == _BODY:  # the read ended inside a body
+        elif self._phase == _BODY:  # the read ended inside a body
             self._body_seen = self.loop.time()
             if self._timer is None:
                 self._timer = self.loop.call_later(self.limits.body_timeout,
@@ -178,36 +186,37 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
 
     # --- httptools callbacks ---------------------------------------------------------------
 
-    def on_message_begin(self) -> None:
-        self._phase = _HEADERS
-        self._begun += 1
-        super().on_message_begin()
+    # (The parent's methods are called by name, not through super(): these run per request.)
 
     def on_headers_complete(self) -> None:
-        limits = self.limits
         # Reads before this one, plus this one: more than the header block when the read
         # carries body bytes or another request, so the exact size is taken only then.
-        if self._header_bytes + self._read_size > limits.max_header_size and \
-                self._parsed_header_size() > limits.max_header_size:
-            self._refusal = (HEADER_FIELDS_TOO_LARGE, limits.header_size_refusal())
+        if self._header_bytes + self._read_size > self._max_header_size and \
+                self._parsed_header_size() > self._max_header_size:
+            self._refusal = (HEADER_FIELDS_TOO_LARGE, self.limits.header_size_refusal())
             raise _Refused
-        if len(self.headers) > limits.max_header_count:
+        if len(self.headers) > self._max_header_count:
             self._refusal = (HEADER_FIELDS_TOO_LARGE,
-                             limits.header_count_refusal(len(self.headers)))
+                             self.limits.header_count_refusal(len(self.headers)))
             raise _Refused
         self._phase = _BODY
+        self._completed = self.headers
         self._header_bytes = 0
         if self._timer is not None:
             self._cancel_timer()
-        super().on_headers_complete()
+        HttpToolsProtocol.on_headers_complete(self)
 
     def on_message_complete(self) -> None:
         self._phase = _DONE
         if self._timer is not None:
             self._cancel_timer()
-        super().on_message_complete()
+        HttpToolsProtocol.on_message_complete(self)
 
     # --- limits ------------------------------------------------------------------------------
+
+    def _in_headers(self) -> bool:
+        """Whether a request's header block has begun and is not complete."""
+        return self.headers is not None and self.headers is not self._completed
 
     def _parsed_header_size(self) -> int:
         """The bytes of the current request's line and complete header fields, as sent
@@ -224,11 +233,11 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
 
     def _header_timeout(self) -> None:
         self._timer = None
-        if self._phase == _IDLE:
+        if self._in_headers():
+            self._refuse(REQUEST_TIMEOUT, self.limits.header_timeout_refusal())
+        elif self._phase == _IDLE:
             # A new connection that never sent a byte: nothing to answer.
             self.transport.close()
-        elif self._phase == _HEADERS:
-            self._refuse(REQUEST_TIMEOUT, self.limits.header_timeout_refusal())
 
     def _body_timeout(self) -> None:
         self._timer = None
