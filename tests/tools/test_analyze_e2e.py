@@ -64,20 +64,6 @@ def best_config(folder: Path) -> model_config_pb2.ModelConfig:
                              model_config_pb2.ModelConfig())
 
 
-def test_local_mode_tunes_a_python_mlp(repo, tmp_path):
-    out = tmp_path / "out"
-    run = subprocess.run(analyze_command("-m", "mlp_python", "--model-repository", str(repo),
-                                         "--max-candidates", "3", *LEAN, "-o", str(out)),
-                         capture_output=True, text=True, timeout=RUN_TIMEOUT)
-    assert run.returncode == 0, run.stdout + run.stderr
-    assert "[1/3] inst=1 dyn=0 mbs=8: " in run.stdout
-    winner, _ = check_gain(out)
-    assert float(winner["memory_mb"]) > 0
-    assert best_config(out).instance_group[0].count == int(winner["instance_count"])
-    assert "mlp_python" in (out / "server.log").read_text()
-    assert (repo / "mlp_python" / "config.pbtxt").read_text().count("count: 1") == 1
-
-
 def wait_for_checkpoint(path: Path, process: subprocess.Popen[str]) -> None:
     deadline = time.monotonic() + CHECKPOINT_WAIT
     while time.monotonic() < deadline and process.poll() is None:
@@ -88,6 +74,47 @@ def wait_for_checkpoint(path: Path, process: subprocess.Popen[str]) -> None:
             pass
         time.sleep(0.1)
     raise AssertionError(f"no candidate in {path} after {CHECKPOINT_WAIT} s")
+
+
+def processes_serving(folder: Path) -> list[int]:
+    """The processes whose command line names ``folder`` (a local run's naiad serve)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and str(folder) in (entry / "cmdline").read_text():
+                found.append(int(entry.name))
+        except OSError:
+            continue
+    return found
+
+
+def test_local_mode_tunes_a_python_mlp_and_its_server_ends_with_a_killed_run(repo, tmp_path):
+    out = tmp_path / "out"
+    command = analyze_command("-m", "mlp_python", "--model-repository", str(repo),
+                              "--max-candidates", "3", *LEAN, "-o", str(out))
+    first = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                             text=True, start_new_session=True)
+    try:
+        wait_for_checkpoint(out / "checkpoint.json", first)
+        servers = processes_serving(out / "server-repository")
+        assert servers  # naiad serve, started in a session of its own
+    finally:
+        os.killpg(first.pid, signal.SIGKILL)  # analyze and its load workers, not the server
+        first.communicate(timeout=RUN_TIMEOUT)
+    deadline = time.monotonic() + CHECKPOINT_WAIT
+    while processes_serving(out / "server-repository") and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not processes_serving(out / "server-repository")  # it ended with the run
+
+    run = subprocess.run(command, capture_output=True, text=True, timeout=RUN_TIMEOUT)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "(from the checkpoint)" in run.stdout
+    winner, _ = check_gain(out)
+    assert float(winner["memory_mb"]) > 0
+    assert best_config(out).instance_group[0].count == int(winner["instance_count"])
+    assert "mlp_python" in (out / "server.log").read_text()
+    assert not (out / "server-repository").exists()
+    assert (repo / "mlp_python" / "config.pbtxt").read_text().count("count: 1") == 1
 
 
 def test_remote_mode_tunes_an_onnx_mlp_and_resumes_after_a_kill(repo, tmp_path):

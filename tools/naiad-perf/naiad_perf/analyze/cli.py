@@ -188,8 +188,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
         if args.url is None:
+            output.mkdir(parents=True, exist_ok=True)
             with local_server(args.model_repository, args.model_name, args.serve_arg,
-                              output / "server.log", protocol=args.protocol,
+                              output, protocol=args.protocol,
                               load_timeout_s=args.load_timeout,
                               ready_timeout_s=args.server_ready_timeout) as server:
                 settings.spec.url = server.url

@@ -6,9 +6,10 @@ Either one given by URL (remote) or a ``naiad serve`` this module starts (local)
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
-import tempfile
+import sys
 import urllib.request
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -108,36 +109,58 @@ def find_server_pid(url: str) -> int | None:
     return pid_listening_on(port)
 
 
+# Runs before naiad serve, in its process: asks Linux to send it SIGTERM when its parent (this
+# analyze run) ends, however it ends (a kill -9 included), then becomes naiad serve.
+_LAUNCHER = """
+import ctypes, os, signal, sys
+try:
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+except (AttributeError, OSError):
+    pass  # not Linux: the server outlives a killed run
+if os.getppid() != int(os.environ["NAIAD_ANALYZE_PID"]):
+    sys.exit(1)  # the run ended before the request was in place
+os.execv(sys.executable, [sys.executable, "-m", "naiad", "serve", *sys.argv[1:]])
+"""
+SERVER_FOLDER = "server-repository"  # in the output folder: the copy naiad serve serves
+
+
 @contextmanager
-def local_server(repository: Path, model: str, serve_args: Sequence[str], log_copy: Path, *,
+def local_server(repository: Path, model: str, serve_args: Sequence[str], output: Path, *,
                  protocol: str = "http", load_timeout_s: float = LOAD_TIMEOUT_S,
                  ready_timeout_s: float = READY_TIMEOUT_S) -> Iterator[Server]:
     """``naiad serve --model-control-mode explicit`` on free loopback ports, serving a copy
-    of ``repository/model`` (the user's folder is never written to). Its log is copied to
-    ``log_copy`` when it stops."""
+    of ``repository/model`` in ``output/server-repository`` (the user's folder is never
+    written to; the copy is removed at the end, or replaced by the next run after a kill).
+    The server ends with this process; its log is copied to ``output/server.log``."""
     try:
-        from naiad.testing.server import naiad_server
+        from naiad.testing.server import ServerProcess
     except ImportError:
         raise SystemExit("naiad analyze --model-repository starts naiad itself: install the "
                          "server (pip install naiad) or give a running one with -u") from None
     source = repository / model
     if not source.is_dir():
         raise SystemExit(f"no model '{model}' in {repository}")
-    workdir = Path(tempfile.mkdtemp(prefix="naiad-analyze-"))
+    workdir = output / SERVER_FOLDER
+    shutil.rmtree(workdir, ignore_errors=True)
     try:
         shutil.copytree(source, workdir / model, symlinks=True)
-        with naiad_server("--model-repository", str(workdir), "--model-control-mode",
-                          "explicit", "--load-model", model, *serve_args,
-                          ready_timeout=ready_timeout_s) as process:
-            try:
-                assert process.process is not None
-                url = process.grpc_url if protocol == "grpc" else process.http_url
-                yield Server(url, protocol, f"127.0.0.1:{process.metrics_port}",
-                             process.process.pid, load_timeout_s)
-            finally:
-                process.stop()
-                log_copy.parent.mkdir(parents=True, exist_ok=True)
-                shutil.copyfile(process.log_path, log_copy)
-                process.log_path.unlink(missing_ok=True)
+        command = [sys.executable, "-c", _LAUNCHER,
+                   "--http-address", "127.0.0.1", "--grpc-address", "127.0.0.1",
+                   "--metrics-address", "127.0.0.1", "--http-port", "{http_port}",
+                   "--grpc-port", "{grpc_port}", "--metrics-port", "{metrics_port}",
+                   "--model-repository", str(workdir), "--model-control-mode", "explicit",
+                   "--load-model", model, *serve_args]
+        process = ServerProcess(command, env={"NAIAD_ANALYZE_PID": str(os.getpid())},
+                                ready_timeout=ready_timeout_s)
+        try:
+            process.start()
+            assert process.process is not None
+            url = process.grpc_url if protocol == "grpc" else process.http_url
+            yield Server(url, protocol, f"127.0.0.1:{process.metrics_port}",
+                         process.process.pid, load_timeout_s)
+        finally:
+            process.stop()
+            shutil.copyfile(process.log_path, output / "server.log")
+            process.log_path.unlink(missing_ok=True)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
