@@ -151,12 +151,10 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self._read_size = len(data)
         try:
             self.parser.feed_data(data)
-        except httptools.HttpParserCallbackError:
-            if self._refusal is None:
-                raise
-            self._refuse(*self._refusal)
-            return
-        except httptools.HttpParserError:
+        except httptools.HttpParserError:  # a callback's exception too: _Refused among them
+            if self._refusal is not None:
+                self._refuse(*self._refusal)
+                return
             self.logger.warning("Invalid HTTP request received.")
             self.send_400_response("Invalid HTTP request received.")
             return
