@@ -104,6 +104,13 @@ class ModelStats:
                 self.failures[failure] = self.failures.get(failure, 0) + 1
             self.last_inference_ms = now_ms
 
+    def record_cancelled(self, batch_size: int, arrival_ns: int) -> None:
+        """A request that never ran because its client cancelled it (withdrawn from a queue,
+        or refused by the instance before it ran): as Triton counts it, a failure for reason
+        CANCELED, so every request a model took is a success or a failure."""
+        self.record_request(False, batch_size, time.perf_counter_ns() - arrival_ns, 0, 0, 0,
+                            0, CANCELED)
+
     def record_cache_hit(self, total_ns: int, queue_ns: int, lookup_ns: int) -> None:
         """A request answered from the response cache. As Triton counts it: a success and
         a queue entry, ``lookup_ns`` as a cache hit; no inference, no execution."""

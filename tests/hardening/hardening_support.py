@@ -9,9 +9,13 @@ import json
 import os
 import shutil
 import socket
+import time
+import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from prometheus_client.parser import text_string_to_metric_families
 from zoo import ADD_SUB_CONFIG, ADD_SUB_PY, IDENTITY_PY, identity_config, write_model
 
 #: The models of tests/hardening/models (sleepy: an identity that sleeps; leaky: keeps inputs).
@@ -151,3 +155,49 @@ def rss_bytes(pid: int, *, with_children: bool = True) -> int:
         except (OSError, KeyError):  # ended meanwhile, or a zombie
             continue
     return total
+
+
+# --- server state read while requests are in flight -----------------------------------------
+
+#: How often a condition is polled, and how many times at most, before a test calls it a hang.
+POLL_S = 0.025
+POLLS = int(ANSWER_TIMEOUT_S / POLL_S)
+
+
+def wait_until(condition: Callable[[], bool], what: str) -> None:
+    """Poll ``condition`` (bounded: POLLS times, POLL_S apart); fail naming ``what``."""
+    for _ in range(POLLS):
+        if condition():
+            return
+        time.sleep(POLL_S)
+    raise AssertionError(f"{what}: not within {ANSWER_TIMEOUT_S} s")
+
+
+def metric(metrics_port: int, family: str, **labels: str) -> float:
+    """The value of one sample of ``family`` on the metrics endpoint (0 when absent)."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics",
+                                timeout=ANSWER_TIMEOUT_S) as answer:
+        text = answer.read().decode()
+    for found in text_string_to_metric_families(text):
+        for sample in found.samples:
+            # the parser names a counter's sample <family>_total, whatever the text says
+            if sample.name in (family, family + "_total") and \
+                    labels.items() <= sample.labels.items():
+                return float(sample.value)
+    return 0.0
+
+
+def pending(metrics_port: int, model: str) -> int:
+    """Requests queued for ``model`` now (``nv_inference_pending_request_count``): only a
+    scheduler that holds requests (dynamic, sequence batchers) counts them."""
+    return int(metric(metrics_port, "nv_inference_pending_request_count", model=model))
+
+
+def request_counts(http_port: int, model: str) -> dict[str, int]:
+    """success, fail, executions of ``model`` (version 1) from the statistics extension."""
+    answer = call(http_port, "GET", f"/v2/models/{model}/versions/1/stats")
+    assert answer.status == 200, answer.error
+    stats = json.loads(answer.body)["model_stats"][0]
+    inference = stats["inference_stats"]
+    return {"success": inference["success"]["count"], "fail": inference["fail"]["count"],
+            "executions": stats["execution_count"]}

@@ -11,7 +11,7 @@ from tritonclient.grpc.model_config_pb2 import ModelConfig
 
 from naiad.hookspecs import hookimpl
 from naiad.scheduling.base import Scheduler, SchedulerFactory, SchedulingContext
-from naiad.scheduling.worker import Execution, InstanceWorker
+from naiad.scheduling.worker import Execution, InstanceWorker, refused_as_cancelled
 from naiad.types import InferenceRequest, InferenceResponse
 
 DRAIN_POLL_S = 0.005
@@ -55,8 +55,11 @@ class DefaultScheduler(Scheduler):
         # compute_input: the hop to the instance's thread; compute_output: the way back.
         queued = max(start - arrival, 0)
         self.stats.record_execution(batch, 0, end - start, finished - end)
-        self.stats.record_request(not execution.failed, batch, finished - arrival, queued, 0,
-                                  end - start, finished - end)
+        if refused_as_cancelled(execution.responses[0]):
+            self.stats.record_cancelled(batch, arrival)
+        else:
+            self.stats.record_request(not execution.failed, batch, finished - arrival, queued,
+                                      0, end - start, finished - end)
         request.durations = (queued, 0, end - start, finished - end)
         return execution.responses[0]
 

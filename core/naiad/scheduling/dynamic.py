@@ -39,7 +39,7 @@ from naiad.scheduling.adaptive import ADAPTIVE_PARAMETER, AdaptiveWait, adaptive
 from naiad.scheduling.base import Scheduler, SchedulerFactory, SchedulingContext
 from naiad.scheduling.batch_policy import CutReason, cut_batch
 from naiad.scheduling.queues import PriorityQueues, Waiting
-from naiad.scheduling.worker import Execution, InstanceWorker
+from naiad.scheduling.worker import Execution, InstanceWorker, refused_as_cancelled
 from naiad.stats import REJECTED
 from naiad.types import InferenceRequest, InferenceResponse
 
@@ -181,6 +181,8 @@ class DynamicBatcher(Scheduler):
         return False
 
     def _drop(self, item: Waiting) -> None:
+        """``item`` was cancelled before it ran: it never finishes."""
+        self.stats.record_cancelled(item.rows, item.request.arrival_ns)
         if self.preserve_ordering:  # it never finishes: later answers must not wait for it
             self._dropped.add(item.seq)
             self._answer_in_order()
@@ -279,8 +281,11 @@ class DynamicBatcher(Scheduler):
         for item, response in zip(batch, execution.responses, strict=True):
             arrival = item.request.arrival_ns
             queued = max(start - arrival, 0)
-            self.stats.record_request(ok, item.rows, finished - arrival, queued, 0,
-                                      end - start, finished - end)
+            if refused_as_cancelled(response):
+                self.stats.record_cancelled(item.rows, arrival)
+            else:
+                self.stats.record_request(ok, item.rows, finished - arrival, queued, 0,
+                                          end - start, finished - end)
             item.request.durations = (queued, 0, end - start, finished - end)
             self._answer(item, response)
 

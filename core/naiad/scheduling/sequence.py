@@ -47,7 +47,7 @@ from naiad.hookspecs import hookimpl
 from naiad.scheduling.base import Scheduler, SchedulerFactory, SchedulingContext
 from naiad.scheduling.default import batch_size_of
 from naiad.scheduling.sequence_controls import SequenceControls, SequenceId
-from naiad.scheduling.worker import Execution, InstanceWorker
+from naiad.scheduling.worker import Execution, InstanceWorker, refused_as_cancelled
 from naiad.types import InferenceRequest, InferenceResponse, RequestedOutput
 
 log = logging.getLogger("naiad.scheduling.sequence")
@@ -145,8 +145,10 @@ class SequenceBatcher(Scheduler):
 
     def _accept(self, waiting: _Waiting) -> None:
         """Queue a request on its sequence (on the loop)."""
-        if waiting.done():
-            return  # cancelled on its way to the loop
+        if waiting.done():  # cancelled on its way to the loop
+            self.stats.record_cancelled(batch_size_of(waiting.request, self.batching),
+                                        waiting.request.arrival_ns)
+            return
         try:
             sequence = self._sequence_of(waiting)
         except InferenceServerError as exc:
@@ -190,6 +192,8 @@ class SequenceBatcher(Scheduler):
         sequence = waiting.sequence
         if sequence is not None and waiting in sequence.pending:
             sequence.pending.remove(waiting)
+            self.stats.record_cancelled(batch_size_of(waiting.request, self.batching),
+                                        waiting.request.arrival_ns)
             self._wake_drain()
 
     def pending(self) -> int:
@@ -270,6 +274,9 @@ class SequenceBatcher(Scheduler):
                 if waiting.set_running_or_notify_cancel():
                     started.append(sequence)
                     batch.append(waiting)
+                else:
+                    self.stats.record_cancelled(batch_size_of(waiting.request, self.batching),
+                                                waiting.request.arrival_ns)
             if batch:
                 break
         for sequence in started:
@@ -325,9 +332,13 @@ class SequenceBatcher(Scheduler):
             sequence.last_seen_ns = finished
             request = waiting.request
             queued = max(start - request.arrival_ns, 0)
-            self.stats.record_request(ok, batch_size_of(request, self.batching),
-                                      finished - request.arrival_ns, queued, 0, end - start,
-                                      finished - end)
+            if refused_as_cancelled(response):
+                self.stats.record_cancelled(batch_size_of(request, self.batching),
+                                            request.arrival_ns)
+            else:
+                self.stats.record_request(ok, batch_size_of(request, self.batching),
+                                          finished - request.arrival_ns, queued, 0,
+                                          end - start, finished - end)
             request.durations = (queued, 0, end - start, finished - end)
             if response.error is None:
                 response.outputs = self.controls.take_state(response.outputs, sequence.state)

@@ -48,6 +48,14 @@ class Execution(NamedTuple):
     end_ns: int
 
 
+def refused_as_cancelled(response: InferenceResponse) -> bool:
+    """Whether the instance answered CANCELLED: its client gave up and (a worker process
+    checks before the model runs) the request was refused. Counted as a failure for reason
+    CANCELED (``ModelStats.record_cancelled``), not as a success carrying an error."""
+    error = response.error
+    return error is not None and error.status is Status.CANCELLED
+
+
 class _Batch(NamedTuple):
     """One execution to run; ``future`` gets its :class:`Execution`, or ``then`` of it."""
 
