@@ -262,6 +262,10 @@ async def test_a_cancelled_queued_request_never_executes():
         await batcher.drain()
         assert batcher.pending() == 0
         assert instance.batches == [1]
+        # counted as Triton counts it: a failure for reason CANCELED, no execution
+        stats = batcher.stats
+        assert (stats.success.count, stats.fail.count, stats.execution_count) == (1, 1, 1)
+        assert stats.failures == {"CANCELED": 1}
     finally:
         stop(batcher)
 

@@ -54,10 +54,10 @@ class DefaultScheduler(Scheduler):
         batch = batch_size_of(request, self.batching)
         # compute_input: the hop to the instance's thread; compute_output: the way back.
         queued = max(start - arrival, 0)
-        self.stats.record_execution(batch, 0, end - start, finished - end)
-        if refused_as_cancelled(execution.responses[0]):
+        if refused_as_cancelled(execution.responses[0]):  # the model never saw it
             self.stats.record_cancelled(batch, arrival)
         else:
+            self.stats.record_execution(batch, 0, end - start, finished - end)
             self.stats.record_request(not execution.failed, batch, finished - arrival, queued,
                                       0, end - start, finished - end)
         request.durations = (queued, 0, end - start, finished - end)

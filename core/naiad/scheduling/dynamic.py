@@ -276,7 +276,8 @@ class DynamicBatcher(Scheduler):
         finished = time.perf_counter_ns()
         start, end = execution.start_ns, execution.end_ns
         rows = sum(item.rows for item in batch)
-        self.stats.record_execution(rows, 0, end - start, finished - end)
+        if not all(map(refused_as_cancelled, execution.responses)):  # the model ran
+            self.stats.record_execution(rows, 0, end - start, finished - end)
         ok = not execution.failed
         for item, response in zip(batch, execution.responses, strict=True):
             arrival = item.request.arrival_ns

@@ -324,7 +324,8 @@ class SequenceBatcher(Scheduler):
         finished = time.perf_counter_ns()
         start, end = execution.start_ns, execution.end_ns
         rows = sum(batch_size_of(w.request, self.batching) for w in batch)
-        self.stats.record_execution(rows, 0, end - start, finished - end)
+        if not all(map(refused_as_cancelled, execution.responses)):  # the model ran
+            self.stats.record_execution(rows, 0, end - start, finished - end)
         ok = not execution.failed
         ended = []
         for sequence, waiting, response in zip(heads, batch, execution.responses, strict=True):
