@@ -160,8 +160,9 @@ def every_group(tmp_path_factory):
         args += [f"--http-restricted-api={group}:{key(group)}={value(group)}",
                  f"--grpc-restricted-protocol={group}:{key(group)}={value(group)}"]
     repo = params_repository(tmp_path_factory.mktemp("restricted-all"))
-    # Health is restricted too: the server counts as started when it refuses readiness.
-    with naiad_server("--model-repository", str(repo), *args, ready_status=403) as server:
+    # Health is restricted too: readiness is asked with its header.
+    with naiad_server("--model-repository", str(repo), *args,
+                      ready_headers={key("health"): value("health")}) as server:
         yield server
 
 

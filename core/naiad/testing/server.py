@@ -45,8 +45,9 @@ def stop_process(process: subprocess.Popen[bytes] | None,
 class ServerProcess:
     """A server started as ``cmd`` (a list; ``{http_port}``-style placeholders are filled).
 
-    ``start()`` waits until ``GET /v2/health/ready`` answers 200 (or ``ready_status``), the
-    process exits, or ``ready_timeout`` passes. ``stop()`` sends SIGTERM to the process group
+    ``start()`` waits until ``GET /v2/health/ready`` (sent with ``ready_headers``, for a
+    server whose health API is restricted) answers 200 (or ``ready_status``), the process
+    exits, or ``ready_timeout`` passes. ``stop()`` sends SIGTERM to the process group
     and SIGKILL after ``stop_timeout``.
     """
 
@@ -59,6 +60,7 @@ class ServerProcess:
         ready_timeout: float = 60 * SECONDS,
         stop_timeout: float = 20 * SECONDS,
         ready_status: int = 200,
+        ready_headers: dict[str, str] | None = None,
     ) -> None:
         self.http_port = free_port()
         self.grpc_port = free_port()
@@ -74,6 +76,7 @@ class ServerProcess:
         self.ready_timeout = ready_timeout
         self.stop_timeout = stop_timeout
         self.ready_status = ready_status
+        self.ready_headers = ready_headers or {}
         self.log_path = Path(tempfile.mkstemp(prefix="naiad-server-", suffix=".log")[1])
         self.process: subprocess.Popen[bytes] | None = None
 
@@ -116,7 +119,7 @@ class ServerProcess:
     def _ready(self) -> bool:
         try:
             conn = http.client.HTTPConnection("127.0.0.1", self.http_port, timeout=2)
-            conn.request("GET", "/v2/health/ready")
+            conn.request("GET", "/v2/health/ready", headers=self.ready_headers)
             status = conn.getresponse().status
             conn.close()
         except OSError:

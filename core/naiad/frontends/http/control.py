@@ -9,11 +9,14 @@ type needs a preflight, which naiad never grants (it answers ``OPTIONS`` with 40
 
 - ``application/json`` (any parameters, such as a charset): what the API speaks;
 - ``application/octet-stream``: what ``tritonclient.http.aio`` (aiohttp) labels its JSON;
-- no Content-Type from a client that is not a browser, as ``tritonclient.http`` sends it.
-  A browser's POST always carries ``Origin``: with an Origin, a type is required.
+- any type, or none, from a client that is not a browser. A browser's cross-site POST always
+  carries ``Origin``; other clients label control bodies as they please: ``tritonclient.http``
+  sends none, Triton's own ``perf_analyzer`` (libcurl) ``application/x-www-form-urlencoded``.
+  Refusing those would refuse Triton's tools and protect nothing: a program that is not a
+  browser can send any type it likes.
 
-Anything else is refused with 415 before the body is read. Inference requests (``infer``,
-``generate``) are not control requests and are not checked.
+With an Origin, anything else is refused with 415 before the body is read. Inference
+requests (``infer``, ``generate``) are not control requests and are not checked.
 """
 
 from __future__ import annotations
@@ -33,9 +36,9 @@ def content_type_refusal(headers: Iterable[tuple[bytes, bytes]], path: str) -> s
             content_type = value
         elif name == b"origin":
             from_browser = True
+    if not from_browser:
+        return None
     if content_type is None:
-        if not from_browser:
-            return None
         return (f"POST {path} from a web page (the request has an Origin header) must be sent "
                 f"with Content-Type: application/json")
     media_type = content_type.partition(b";")[0].strip().lower()
