@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 import tritonclient.http as httpclient
 import tritonclient.http.aio as aioclient
+from source_serving import add_sub_over_http
 from tritonclient.utils import InferenceServerException
 from zoo import ADD_SUB_CONFIG, ADD_SUB_PY, IDENTITY_PY, identity_config, write_model
 
@@ -68,7 +69,7 @@ def served(request: pytest.FixtureRequest, servers) -> Iterator[ServerProcess]:
     server = servers(request.param)
     server.kind = request.param  # type: ignore[attr-defined]
     yield server
-    assert_serving(server)
+    add_sub_over_http(server)
 
 
 @pytest.fixture
@@ -76,18 +77,7 @@ def uvicorn(servers) -> Iterator[ServerProcess]:
     """The default server, for what the application checks (the same on both)."""
     server = servers("uvicorn")
     yield server
-    assert_serving(server)
-
-
-def assert_serving(server: ServerProcess) -> None:
-    a, b = np.arange(4, dtype=np.float32), np.ones(4, dtype=np.float32)
-    inputs = [httpclient.InferInput("INPUT0", [4], "FP32"),
-              httpclient.InferInput("INPUT1", [4], "FP32")]
-    inputs[0].set_data_from_numpy(a)
-    inputs[1].set_data_from_numpy(b)
-    with httpclient.InferenceServerClient(server.http_url) as client:
-        result = client.infer("add_sub", inputs)
-    np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), a + b)
+    add_sub_over_http(server)
 
 
 # --- raw exchanges ---------------------------------------------------------------------------

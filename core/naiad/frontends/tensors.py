@@ -176,7 +176,7 @@ def _numbers(flat: list, datatype: str) -> np.ndarray:
         if low < info.min or high > info.max:
             raise OverflowError(f"values from {low} to {high} do not fit in {datatype} "
                                 f"({info.min} to {info.max})")
-    if kind != "f":
+    if kind != "f" or datatype == "FP64":  # JSON numbers are doubles: FP64 holds them all
         return np.asarray(flat, dtype=dtype)
     # A finite value too large for the datatype would silently become infinity (then null
     # in a JSON answer): refuse it. FP16/FP32 casts signal it; bfloat16's do not.
