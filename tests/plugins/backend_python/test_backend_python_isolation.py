@@ -182,6 +182,18 @@ def test_in_process_mode_runs_the_model_in_the_server(call: Call, server: Server
     assert call("probe_inproc", "hello")["pid"] == server.process.pid
 
 
+@pytest.mark.skipif(not hasattr(os, "SCHED_BATCH"), reason="Linux scheduling classes only")
+def test_a_worker_leaves_the_servers_batch_scheduling_class(call: Call,
+                                                           server: ServerProcess) -> None:
+    """The server runs in SCHED_BATCH (--sched-batch, the default); its workers, which
+    inherit it, go back to the normal class: an instance woken while other processes keep
+    the CPUs busy must not wait out their time slices (issue 26)."""
+    assert server.process is not None
+    pid = call("probe", "hello")["pid"]
+    assert os.sched_getscheduler(server.process.pid) == os.SCHED_BATCH
+    assert os.sched_getscheduler(pid) == os.SCHED_OTHER
+
+
 def test_two_instances_are_two_processes_running_at_once(server: ServerProcess) -> None:
     """count: 2 gives two workers; two requests of pure-Python work run at the same time in
     them (their busy intervals overlap)."""
