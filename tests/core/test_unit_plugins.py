@@ -156,7 +156,8 @@ def test_every_first_party_backend_has_a_distribution():
     backends = {name: plugin.distribution for (kind, name), plugin in KNOWN_PLUGINS.items()
                 if kind == "backend"}
     assert backends == {"onnxruntime": "naiad-backend-onnx", "pytorch": "naiad-backend-torch",
-                        "tensorrt": "naiad-backend-tensorrt", "python": "naiad-backend-python"}
+                        "tensorrt": "naiad-backend-tensorrt", "python": "naiad-backend-python",
+                        "fil": "naiad-backend-fil"}
 
 
 def load_missing(pm: PluginManager, kind: str, name: str) -> None:
