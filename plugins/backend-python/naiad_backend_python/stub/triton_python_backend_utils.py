@@ -32,8 +32,10 @@ from typing import Any
 import numpy as np
 
 if __package__:  # imported by the server (in-process mode)
+    from . import naiad_stub_dlpack as _dlpack
     from . import naiad_stub_wire as _wire
 else:  # imported in a worker process, from the folder of naiad_stub_main.py
+    import naiad_stub_dlpack as _dlpack
     import naiad_stub_wire as _wire
 
 NUMPY_DTYPES = _wire.NUMPY_DTYPES
@@ -220,20 +222,17 @@ class Tensor:
     def to_dlpack(self) -> Any:
         """A DLPack capsule sharing the data (a copy when the array is read-only, which
         DLPack 0.x cannot express)."""
-        if self._datatype == "BYTES":
-            raise TritonModelException("DLPack does not have support for string tensors.")
-        try:
-            return self._array.__dlpack__()
-        except BufferError:
-            return np.array(self._array, copy=True).__dlpack__()
+        return self.__dlpack__()
 
     def __dlpack__(self, stream: Any = None, **kwargs: Any) -> Any:
         if self._datatype == "BYTES":
             raise TritonModelException("DLPack does not have support for string tensors.")
-        try:
-            return self._array.__dlpack__(stream=stream, **kwargs)
-        except BufferError:
-            return np.array(self._array, copy=True).__dlpack__(stream=stream, **kwargs)
+        array = self._array
+        if not array.flags.writeable:  # DLPack 0.x cannot say read-only: share a copy
+            array = np.array(array, copy=True)
+        if self._datatype == "BF16":  # numpy has no DLPack code for it (naiad_stub_dlpack)
+            return _dlpack.bf16_capsule(array, stream=stream, **kwargs)
+        return array.__dlpack__(stream=stream, **kwargs)
 
     def __dlpack_device__(self) -> tuple[int, int]:
         return (1, 0)  # kDLCPU, device 0
@@ -243,11 +242,8 @@ class Tensor:
         """A tensor from a DLPack capsule or an object with ``__dlpack__`` (CPU memory only)."""
         if not name:
             raise TritonModelException("Tensor name cannot be an empty string.")
-        source = dlpack_tensor
-        if not hasattr(dlpack_tensor, "__dlpack__"):
-            source = _Capsule(dlpack_tensor)
         try:
-            array = np.from_dlpack(source)
+            array = _dlpack.array_from_dlpack(dlpack_tensor, NUMPY_DTYPES["BF16"])
         except (BufferError, RuntimeError, TypeError, ValueError) as exc:
             raise TritonModelException(
                 f"Tensor.from_dlpack('{name}'): {exc} (naiad's Python backend supports CPU "
@@ -268,21 +264,6 @@ def _input_tensor(name: str, array: np.ndarray, datatype: str) -> Tensor:
 
 
 _new_tensor = object.__new__
-
-
-class _Capsule:
-    """Gives a bare DLPack capsule the protocol ``np.from_dlpack`` expects."""
-
-    __slots__ = ("capsule",)
-
-    def __init__(self, capsule: Any) -> None:
-        self.capsule = capsule
-
-    def __dlpack__(self, stream: Any = None, **kwargs: Any) -> Any:
-        return self.capsule
-
-    def __dlpack_device__(self) -> tuple[int, int]:
-        return (1, 0)
 
 
 # --- requests and responses -------------------------------------------------------------
