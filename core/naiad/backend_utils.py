@@ -19,10 +19,9 @@ from pathlib import Path
 
 from naiad.batching import batch_sizes, merge_inputs, split_outputs
 from naiad.config.render import config_to_json
-from naiad.datatypes import NUMPY_DTYPES, config_to_datatype, datatype_to_config
-from naiad.models.instances import gpu_count
+from naiad.datatypes import NUMPY_DTYPES, config_to_datatype, datatype_to_config, format_shape
+from naiad.gpus import gpu_count
 from naiad.models.paths import inside_folder
-from naiad.models.signature import format_shape
 from naiad.repository.scan import available_versions
 
 __all__ = [

@@ -114,3 +114,8 @@ def deserialize_bytes(buffer: bytes | memoryview, count: int, what: str) -> np.n
 
 def element_count(shape: tuple[int, ...] | list[int]) -> int:
     return math.prod(shape)
+
+
+def format_shape(shape: tuple[int, ...] | list[int]) -> str:
+    """A shape as Triton's messages write it: ``[2,3]``."""
+    return "[" + ",".join(str(d) for d in shape) + "]"

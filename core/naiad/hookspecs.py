@@ -12,8 +12,8 @@ group               key                                   example
 ``naiad.sources``   the scheme of ``--model-repository``   ``s3``, ``gs``
 ==================  ====================================  ===============================
 
-The scheduler hook has no group: schedulers are built into the core (see
-:func:`naiad_scheduler`).
+The scheduler hook is not here: schedulers are built into the core and drive its instance
+workers, so their hook is the core's own (:mod:`naiad.scheduling.hookspecs`), with no group.
 
 Registration hooks are called once, at load time; the request path calls plain methods on the
 objects they return and never goes through pluggy. Hooks only ever gain arguments: an
@@ -32,9 +32,6 @@ from typing import TYPE_CHECKING
 import pluggy
 
 if TYPE_CHECKING:
-    from tritonclient.grpc.model_config_pb2 import ModelConfig
-
-    from naiad.scheduling.base import SchedulerFactory
     from naiad.types import Backend, RepositorySource, ResponseCache
 
 PROJECT = "naiad"
@@ -54,28 +51,6 @@ def naiad_backend(name: str, backend_config: dict[str, str]) -> Backend | None:
     e.g. ``onnxruntime_onnx`` -> ``onnxruntime``). ``backend_config`` holds the KEY=VALUE pairs
     given with ``--backend-config NAME,KEY=VALUE`` for that name. Called once per backend name;
     the first non-None result wins and serves every model of that backend.
-    """
-
-
-# --- scheduling -------------------------------------------------------------------------
-
-
-@hookspec(firstresult=True)
-def naiad_scheduler(config: ModelConfig) -> SchedulerFactory | None:
-    """Return the scheduler factory for a model with this ``config``, or None to pass.
-
-    Called once per model version load. The first non-None result wins. The core's own
-    plugins claim ``ensemble`` models, ``sequence_batching``, ``dynamic_batching`` and, last
-    of all (``trylast``), everything else (the default scheduler).
-
-    Built in only: there is no entry point group for schedulers, so ``naiad serve`` asks
-    nothing else. The factory gets a :class:`naiad.scheduling.base.SchedulingContext` and
-    builds a :class:`naiad.scheduling.base.Scheduler`, which records the model's statistics
-    and drives its instance workers: core internals that change with the core, not a public
-    contract a separately released plugin could rely on. An application that embeds naiad
-    may still register an implementation in-process (``PluginManager.register``, with
-    ``tryfirst=True`` to be asked before the built-in ones) and pass that manager to
-    ``InferenceServer``, accepting that coupling.
     """
 
 

@@ -20,6 +20,7 @@ import pluggy
 
 from naiad import hookspecs
 from naiad.errors import unavailable
+from naiad.scheduling import hookspecs as scheduling_hookspecs
 
 if TYPE_CHECKING:
     from tritonclient.grpc.model_config_pb2 import ModelConfig
@@ -29,7 +30,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("naiad.plugins")
 
-# Schedulers have no group: they are built in (see hookspecs.naiad_scheduler).
+# Schedulers have no group: they are built in (see naiad.scheduling.hookspecs).
 ENTRY_POINT_GROUPS = {
     "backend": "naiad.backends",
     "cache": "naiad.caches",
@@ -146,6 +147,7 @@ class PluginManager:
     def __init__(self, allow: list[str] | None = None, block: list[str] | None = None) -> None:
         self.pm = pluggy.PluginManager(hookspecs.PROJECT)
         self.pm.add_hookspecs(hookspecs)
+        self.pm.add_hookspecs(scheduling_hookspecs)  # the core's own, not public
         if os.environ.get("NAIAD_TRACE_HOOKS"):
             self.pm.trace.root.setwriter(lambda msg: log.info("hook: %s", msg.rstrip()))
             self.pm.enable_tracing()

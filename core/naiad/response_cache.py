@@ -28,11 +28,11 @@ import time
 from concurrent.futures import Future, ThreadPoolExecutor
 
 from naiad.errors import InferenceServerError, Status
-from naiad.frontends.tensors import from_raw, to_raw
 from naiad.futures import LightFuture
 from naiad.scheduling.base import Scheduler
 from naiad.stats import ModelStats
 from naiad.types import InferenceRequest, InferenceResponse, ResponseCache
+from naiad.wire_tensors import from_raw, to_raw
 
 log = logging.getLogger("naiad.cache")
 

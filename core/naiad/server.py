@@ -24,9 +24,10 @@ from naiad.datatypes import config_to_datatype
 from naiad.errors import InferenceServerError, Status, invalid_arg, unavailable
 from naiad.histogram import Histogram
 from naiad.models.limits import ConfigLimits
-from naiad.models.manager import LoadOptions, ModelManager, ModelVersion
+from naiad.models.manager import ModelManager
 from naiad.models.poller import RepositoryPoller
 from naiad.models.progress import progress
+from naiad.models.records import LoadOptions, ModelVersion
 from naiad.models.staging import ModelStaging
 from naiad.plugins import PluginManager
 from naiad.repository.mirror import local_folders

@@ -12,21 +12,41 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Coroutine
 from concurrent.futures import Future
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from naiad.errors import InferenceServerError, unavailable, unsupported
 from naiad.futures import LightFuture
 from naiad.types import InferenceClient, InferenceRequest, InferenceResponse, ResponseCallback
 
 if TYPE_CHECKING:
-    from naiad.models.manager import ModelVersion
-    from naiad.server import InferenceServer
+    from naiad.models.manager import ModelManager
+    from naiad.models.records import ModelVersion
+
+
+class Server(Protocol):
+    """What models' calls need of :class:`naiad.server.InferenceServer`, which makes this
+    module's :class:`ServerModels` (a protocol: the server imports this module, not the
+    other way round)."""
+
+    loop: asyncio.AbstractEventLoop | None
+    models: ModelManager
+
+    def model(self, name: str, version: str = "") -> ModelVersion: ...
+
+    def stream(self, model: ModelVersion, request: InferenceRequest,
+               on_response: ResponseCallback, internal: bool = False
+               ) -> Future[InferenceResponse]: ...
+
+    async def load_model(self, name: str, config: str | None = None,
+                         files: dict[str, bytes] | None = None) -> None: ...
+
+    async def unload_model(self, name: str) -> None: ...
 
 
 class ServerModels(InferenceClient):
     """The server's models as models call them (``ModelContext.server``, for BLS)."""
 
-    def __init__(self, server: InferenceServer) -> None:
+    def __init__(self, server: Server) -> None:
         self.server = server
 
     def _model(self, request: InferenceRequest) -> ModelVersion:

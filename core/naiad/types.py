@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import abc
 import threading
+import typing
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,7 +26,6 @@ if TYPE_CHECKING:
 
     from naiad.custom_metrics import ModelMetrics
     from naiad.errors import InferenceServerError
-    from naiad.tracing.trace import RequestTrace
 
 
 @dataclass(slots=True)
@@ -45,6 +45,26 @@ class RequestedOutput:
 
     name: str
     parameters: dict[str, Any] = field(default_factory=dict)
+
+
+class RequestTrace(typing.Protocol):
+    """A traced request's trace, as a plugin holds it (``InferenceRequest.trace``).
+
+    The core makes it (``naiad.tracing.trace.RequestTrace``); a plugin only passes it on:
+    to the requests it makes for the one it serves (a BLS call), or by ``id`` to a worker
+    process and back. A protocol, so that this module needs nothing of the tracer."""
+
+    #: unique in the process while the trace lives
+    id: int
+
+    def child(self, model: Any, request: InferenceRequest) -> RequestTrace | None:
+        """The trace of ``request`` to ``model``, made on behalf of this one."""
+
+    def watch(self, request: InferenceRequest, future: Future[Any]) -> None:
+        """Take the rest of the timestamps when ``request``'s ``future`` is done."""
+
+    def abandon(self) -> None:
+        """The request was refused before a scheduler took it: end the trace now."""
 
 
 @dataclass(slots=True)

@@ -12,7 +12,7 @@ import tritonclient.grpc as grpcclient
 from zoo import ADD_SUB_CONFIG, ADD_SUB_PY, write_model
 
 from naiad.cli import _options, build_parser
-from naiad.models.manager import LoadOptions
+from naiad.models.records import LoadOptions
 from naiad.testing import naiad_server
 
 

@@ -12,7 +12,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from zoo import write_model
 
-from naiad.models.instances import gpu_count
+from naiad.gpus import gpu_count
 from naiad.testing import naiad_server
 
 # Sleeps half a second and answers with the name of the instance that served the request.

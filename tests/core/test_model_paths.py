@@ -27,8 +27,8 @@ from zoo import ADD_SUB_CONFIG, ADD_SUB_PY, write_model
 from naiad.backend_utils import model_file_path
 from naiad.errors import InferenceServerError, Status
 from naiad.models.configure import configure
-from naiad.models.manager import LoadOptions
 from naiad.models.paths import check_config_paths, inside_folder, name_problem
+from naiad.models.records import LoadOptions
 from naiad.plugins import PluginManager
 from naiad.testing import naiad_server
 

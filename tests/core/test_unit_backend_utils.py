@@ -5,8 +5,7 @@ from __future__ import annotations
 import naiad.batching
 import naiad.config.render
 import naiad.datatypes
-import naiad.models.instances
-import naiad.models.signature
+import naiad.gpus
 from naiad import backend_utils
 from naiad.backend_utils import newest_version_file, version_folders
 from naiad.repository.scan import available_versions
@@ -20,8 +19,8 @@ def test_helpers_the_core_uses_are_the_core_s_own_functions():
                          ("datatype_to_config", naiad.datatypes),
                          ("NUMPY_DTYPES", naiad.datatypes),
                          ("config_to_json", naiad.config.render),
-                         ("gpu_count", naiad.models.instances),
-                         ("format_shape", naiad.models.signature)):
+                         ("gpu_count", naiad.gpus),
+                         ("format_shape", naiad.datatypes)):
         assert getattr(backend_utils, name) is getattr(module, name), name
 
 

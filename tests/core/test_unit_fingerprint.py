@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from naiad.models.manager import LoadOptions, ModelManager
+from naiad.models.manager import ModelManager
 from naiad.models.poller import RepositoryPoller
+from naiad.models.records import LoadOptions
 from naiad.plugins import PluginManager
 from naiad.repository.fingerprint import compare, model_fingerprint, scan_repositories
 

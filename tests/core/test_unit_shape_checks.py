@@ -14,7 +14,8 @@ from expect import rejected
 from tritonclient.grpc import service_pb2 as pb
 
 from naiad.frontends.grpc.codec import decode_request
-from naiad.frontends.tensors import NUMPY_MAX_DIMS, check_shape, from_list, from_raw, read_shm_input
+from naiad.frontends.tensors import from_list, read_shm_input
+from naiad.wire_tensors import NUMPY_MAX_DIMS, check_shape, from_raw
 
 MIB = 1024 * 1024
 HUGE = 2**62

@@ -7,9 +7,9 @@ import pytest
 import tritonclient.grpc.model_config_pb2 as mc
 from google.protobuf import text_format
 
-from naiad.datatypes import NUMPY_DTYPES
+from naiad.datatypes import NUMPY_DTYPES, format_shape
 from naiad.errors import InferenceServerError, Status
-from naiad.models.signature import ModelSignature, format_shape
+from naiad.models.signature import ModelSignature
 from naiad.types import InferenceRequest, RequestedOutput, Tensor
 
 

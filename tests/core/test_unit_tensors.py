@@ -14,17 +14,15 @@ from expect import rejected
 from naiad.datatypes import NUMPY_DTYPES, serialize_bytes
 from naiad.errors import Status
 from naiad.frontends.tensors import (
-    check_header,
     from_list,
-    from_raw,
     read_shm_input,
     requested_output_target,
     shm_output_target,
     to_list,
-    to_raw,
 )
 from naiad.shm import SharedMemoryRegistry
 from naiad.types import Tensor
+from naiad.wire_tensors import check_header, from_raw, to_raw
 
 # --- check_header ---------------------------------------------------------------------------
 

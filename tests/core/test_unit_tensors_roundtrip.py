@@ -10,8 +10,9 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from naiad.datatypes import NUMPY_DTYPES, deserialize_bytes, serialize_bytes
-from naiad.frontends.tensors import from_list, from_raw, to_list, to_raw
+from naiad.frontends.tensors import from_list, to_list
 from naiad.types import Tensor
+from naiad.wire_tensors import from_raw, to_raw
 
 NUMERIC = sorted(d for d in NUMPY_DTYPES if d != "BYTES")
 SHAPES = hnp.array_shapes(min_dims=0, max_dims=4, min_side=0, max_side=5)

@@ -17,6 +17,7 @@ import pytest
 from naiad import hookspecs
 from naiad.cli import COMMANDS_GROUP
 from naiad.plugins import ENTRY_POINT_GROUPS
+from naiad.scheduling import hookspecs as scheduling_hookspecs
 
 ROOT = Path(__file__).resolve().parents[2]
 DESIGN = ROOT / "docs" / "design.md"
@@ -71,7 +72,8 @@ def test_every_hook_is_specified(name: str) -> None:
     """A ``naiad_*`` name is a distribution's package (``naiad_backend_onnx``) or a hook."""
     if importlib.util.find_spec(name) is not None:
         return
-    specified = {n for n in dir(hookspecs) if n.startswith("naiad_")}
+    specified = {n for module in (hookspecs, scheduling_hookspecs) for n in dir(module)
+                 if n.startswith("naiad_")}
     assert name in specified, f"docs/design.md names hook `{name}`; hookspecs has {specified}"
 
 
@@ -79,3 +81,10 @@ def test_every_hook_is_specified(name: str) -> None:
 def test_every_path_exists(name: str) -> None:
     candidates = [ROOT / name, ROOT / "benchmarks" / name]
     assert any(p.exists() for p in candidates), f"docs/design.md names `{name}`, not found"
+
+
+@pytest.mark.parametrize("group", sorted({*ENTRY_POINT_GROUPS.values(), COMMANDS_GROUP}))
+@pytest.mark.parametrize("page", ["design.md", "plugin-author-guide.md"])
+def test_every_entry_point_group_is_listed(page: str, group: str) -> None:
+    text = (ROOT / "docs" / page).read_text(encoding="utf-8")
+    assert f"`{group}`" in text, f"docs/{page} does not list the entry point group {group}"

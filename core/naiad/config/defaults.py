@@ -14,6 +14,7 @@ from collections.abc import MutableSequence, Sequence
 from tritonclient.grpc.model_config_pb2 import ModelConfig, ModelInstanceGroup
 
 from naiad.config.platforms import default_model_filename
+from naiad.gpus import gpu_count
 
 SEQUENCE_IDLE_DEFAULT_MICROSECONDS = 1_000_000
 """``max_sequence_idle_microseconds`` when the config leaves it 0 (one second)."""
@@ -86,7 +87,4 @@ def _fill_instance_groups(config: ModelConfig, gpus: list[int]) -> None:
 
 
 def _available_gpus() -> list[int]:
-    # Imported here: naiad.models imports this package, and the GPU count reads /proc only.
-    from naiad.models.instances import gpu_count
-
     return list(range(gpu_count()))

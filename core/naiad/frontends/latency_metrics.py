@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 from naiad.distributions import DistributionsSnapshot
 from naiad.frontends import prometheus_text
-from naiad.models.manager import ModelVersion
+from naiad.models.records import ModelVersion
 from naiad.scheduling.batch_policy import CutReason
 
 # key in DistributionsSnapshot.histograms -> (family, HELP text)

@@ -16,7 +16,7 @@ from starlette.routing import Route
 from naiad.custom_metrics import CustomMetrics, MetricKind
 from naiad.frontends import cache_metrics, latency_metrics, prometheus_text
 from naiad.frontends.gpu_metrics import GPUMetrics
-from naiad.models.manager import ModelVersion
+from naiad.models.records import ModelVersion
 from naiad.server import InferenceServer
 from naiad.stats import FAILURE_REASONS, ModelStats
 

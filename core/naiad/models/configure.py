@@ -18,7 +18,7 @@ from naiad.models.limits import check_config_sizes
 from naiad.models.paths import check_config_paths
 
 if TYPE_CHECKING:
-    from naiad.models.manager import LoadOptions
+    from naiad.models.records import LoadOptions
     from naiad.plugins import PluginManager
 
 

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
-
 from tritonclient.grpc.model_config_pb2 import ModelConfig, ModelInstanceGroup
 
 from naiad.errors import invalid_arg
+from naiad.gpus import gpu_count
 from naiad.types import InstanceInfo
 
 _KIND_NAMES = {
@@ -16,18 +14,6 @@ _KIND_NAMES = {
     ModelInstanceGroup.KIND_GPU: "KIND_GPU",
     ModelInstanceGroup.KIND_MODEL: "KIND_MODEL",
 }
-
-
-def gpu_count() -> int:
-    """NVIDIA GPUs the driver exposes (0 without a driver). No CUDA library is imported."""
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if visible is not None and visible.strip() in ("", "-1"):
-        return 0
-    gpus = Path("/proc/driver/nvidia/gpus")
-    count = len(list(gpus.iterdir())) if gpus.is_dir() else 0
-    if visible is not None and count:
-        count = min(count, len([v for v in visible.split(",") if v.strip()]))
-    return count
 
 
 def requested_instances(config: ModelConfig, available_gpus: int | None = None) -> int:

@@ -49,10 +49,6 @@ from naiad.scheduling.base import Scheduler, SchedulingContext
 from naiad.stats import ModelStats
 from naiad.types import InferenceClient
 
-# Re-exported: what the rest of naiad imports from here.
-__all__ = ["LOADING", "READY", "UNAVAILABLE", "UNLOADING", "LoadOptions", "ModelManager",
-           "ModelRecord", "ModelVersion"]
-
 log = logging.getLogger("naiad.models")
 
 #: Triton's default buckets of nv_inference_first_response_histogram_ms (milliseconds).

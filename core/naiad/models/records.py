@@ -1,5 +1,5 @@
 """What the model manager keeps per model and per version, and the flags that change how
-models load (split from :mod:`naiad.models.manager`, which re-exports them)."""
+models load: the records the rest of naiad imports (from here, not from the manager)."""
 
 from __future__ import annotations
 

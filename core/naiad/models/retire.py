@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 from naiad.models.loader import stop_workers
 
 if TYPE_CHECKING:
-    from naiad.models.manager import ModelVersion
+    from naiad.models.records import ModelVersion
 
 log = logging.getLogger("naiad.models")
 

@@ -11,13 +11,9 @@ from dataclasses import dataclass
 
 from tritonclient.grpc.model_config_pb2 import DataType, ModelConfig
 
-from naiad.datatypes import config_to_datatype
+from naiad.datatypes import config_to_datatype, format_shape
 from naiad.errors import InferenceServerError, invalid_arg
 from naiad.types import InferenceRequest, Tensor
-
-
-def format_shape(shape: tuple[int, ...] | list[int]) -> str:
-    return "[" + ",".join(str(d) for d in shape) + "]"
 
 
 @dataclass(slots=True, frozen=True)

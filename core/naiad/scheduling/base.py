@@ -7,7 +7,7 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
@@ -16,9 +16,26 @@ from naiad.stats import ModelStats
 from naiad.types import InferenceRequest, InferenceResponse
 
 if TYPE_CHECKING:
-    from naiad.models.manager import ModelVersion
+    from naiad.models.gate import VersionGate
+    from naiad.models.signature import ModelSignature
 
-ModelLookup = Callable[[str, str], "ModelVersion"]
+
+class CalledModel(Protocol):
+    """Another model version, as a scheduler that calls it sees it (an ensemble's step).
+
+    :class:`naiad.models.records.ModelVersion` is one; a protocol, so that the schedulers
+    need nothing of the model manager (which builds them)."""
+
+    name: str
+    version: int
+    decoupled: bool
+    signature: ModelSignature
+    scheduler: Scheduler
+    #: requests enter before they reach ``scheduler`` and leave when they are over
+    gate: VersionGate
+
+
+ModelLookup = Callable[[str, str], CalledModel]
 """``lookup(name, version)``: the serving version of another model ("" = the latest ready);
 raises :class:`naiad.errors.InferenceServerError` when there is none."""
 

@@ -21,7 +21,6 @@ import threading
 import time
 from concurrent.futures import CancelledError, Future
 from functools import partial
-from typing import TYPE_CHECKING
 
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
@@ -29,13 +28,16 @@ from naiad.config.platforms import ENSEMBLE
 from naiad.errors import InferenceServerError, unsupported
 from naiad.futures import LightFuture
 from naiad.hookspecs import hookimpl
-from naiad.scheduling.base import ModelLookup, Scheduler, SchedulerFactory, SchedulingContext
+from naiad.scheduling.base import (
+    CalledModel,
+    ModelLookup,
+    Scheduler,
+    SchedulerFactory,
+    SchedulingContext,
+)
 from naiad.scheduling.default import batch_size_of
 from naiad.scheduling.ensemble_plan import EnsemblePlan, EnsembleStep, build_plan, check_steps
 from naiad.types import InferenceRequest, InferenceResponse, RequestedOutput, Tensor
-
-if TYPE_CHECKING:
-    from naiad.models.manager import ModelVersion
 
 DRAIN_POLL_S = 0.005
 
@@ -85,7 +87,7 @@ class EnsembleScheduler(Scheduler):
             await asyncio.sleep(DRAIN_POLL_S)
 
     def _step_request(self, step: EnsembleStep, request: InferenceRequest,
-                     tensors: dict[str, Tensor]) -> tuple[ModelVersion, InferenceRequest]:
+                     tensors: dict[str, Tensor]) -> tuple[CalledModel, InferenceRequest]:
         """The step's model and the request for it, checked against the model. The step
         has entered the model's gate (:mod:`naiad.models.gate`) and must leave it when it is
         over; a version that retired since the lookup is looked up again."""

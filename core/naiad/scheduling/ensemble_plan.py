@@ -16,8 +16,9 @@ from dataclasses import dataclass
 
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
+from naiad.datatypes import format_shape
 from naiad.errors import InferenceServerError, unavailable
-from naiad.models.signature import ModelSignature, TensorSpec, format_shape
+from naiad.models.signature import ModelSignature, TensorSpec
 
 # (model name, version or "" for the latest) -> the serving model's signature, or an error.
 SignatureLookup = Callable[[str, str], ModelSignature]

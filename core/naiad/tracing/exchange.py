@@ -20,12 +20,10 @@ import re
 import time
 from collections.abc import Awaitable, Callable, Iterable
 from contextvars import ContextVar, Token
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     import grpc
-
-    from naiad.tracing.trace import TraceFamily
 
 #: The exchange of the call the current thread or task is handling (None: not traced).
 CURRENT: ContextVar[Exchange | None] = ContextVar("naiad_trace_exchange", default=None)
@@ -34,6 +32,17 @@ CURRENT: ContextVar[Exchange | None] = ContextVar("naiad_trace_exchange", defaul
 _TRACEPARENT = re.compile(r"^[0-9a-f]{2}-(?!0{32})[0-9a-f]{32}-(?!0{16})[0-9a-f]{16}-"
                           r"[0-9a-f]{2}$")
 _CONTEXT_HEADERS = ("traceparent", "tracestate")
+
+
+class TraceFamily(Protocol):
+    """What an exchange needs of the traces of its request
+    (:class:`naiad.tracing.trace.TraceFamily`, which refers back to the exchange)."""
+
+    exchange: Exchange | None
+
+    def hold(self) -> bool: ...
+
+    def release(self) -> None: ...
 
 
 class Exchange:

@@ -40,7 +40,7 @@ from naiad.tracing.settings import (
 from naiad.tracing.trace import RequestTrace, TraceFamily
 
 if TYPE_CHECKING:
-    from naiad.models.manager import ModelVersion
+    from naiad.models.records import ModelVersion
     from naiad.types import InferenceRequest
 
 log = logging.getLogger("naiad.tracing")

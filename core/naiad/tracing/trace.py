@@ -35,7 +35,7 @@ from naiad.tracing.tensors import tensor_record
 from naiad.types import InferenceRequest, InferenceResponse
 
 if TYPE_CHECKING:
-    from naiad.models.manager import ModelVersion
+    from naiad.models.records import ModelVersion
     from naiad.tracing.exchange import Exchange
     from naiad.tracing.sampler import SettingState
 

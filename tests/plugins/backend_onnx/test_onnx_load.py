@@ -12,7 +12,7 @@ import onnxruntime as ort
 import pytest
 from onnx_helpers import add_sub_model, client_module, infer, mlp_model, reference, write_model
 
-from naiad.models.instances import gpu_count
+from naiad.gpus import gpu_count
 from naiad.testing import naiad_server
 
 MLP_IO = """

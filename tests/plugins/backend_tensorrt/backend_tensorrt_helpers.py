@@ -14,7 +14,7 @@ from pathlib import Path
 from google.protobuf import text_format
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
-from naiad.models.instances import gpu_count
+from naiad.gpus import gpu_count
 from naiad_backend_tensorrt.engine_io import EngineIO, TensorIO
 from naiad_backend_tensorrt.profiles import ProfileShape
 

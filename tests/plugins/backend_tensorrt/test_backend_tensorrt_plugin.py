@@ -14,7 +14,7 @@ import pytest
 from backend_tensorrt_helpers import NOT_AN_ENGINE, parse_config
 
 from naiad.errors import InferenceServerError, Status
-from naiad.models.instances import gpu_count
+from naiad.gpus import gpu_count
 from naiad.plugins import PluginManager
 from naiad.types import InstanceInfo, ModelContext
 from naiad_backend_tensorrt import TensorRTBackend, plugin

@@ -20,7 +20,7 @@ from backend_tensorrt_helpers import NOT_AN_ENGINE
 from tritonclient.utils import InferenceServerException
 from zoo import ADD_SUB_CONFIG, ADD_SUB_PY, write_model
 
-from naiad.models.instances import gpu_count
+from naiad.gpus import gpu_count
 from naiad.testing import ServerProcess, naiad_server
 from naiad_backend_tensorrt.engine import missing_packages
 

@@ -24,16 +24,14 @@ from naiad.frontends.parameters import (
     grpc_parameters,
 )
 from naiad.frontends.tensors import (
-    check_header,
     from_list,
-    from_raw,
     read_shm_input,
     requested_output_target,
     response_too_large,
-    to_raw,
 )
 from naiad.shm import Region, SharedMemoryRegistry
 from naiad.types import InferenceRequest, InferenceResponse, RequestedOutput, Tensor
+from naiad.wire_tensors import check_header, from_raw, to_raw
 
 ModelInferRequest = service_pb2.ModelInferRequest
 ModelInferResponse = service_pb2.ModelInferResponse

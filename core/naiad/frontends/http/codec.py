@@ -20,17 +20,15 @@ from naiad.frontends.parameters import (
     check_json_parameters,
 )
 from naiad.frontends.tensors import (
-    check_header,
     from_list,
-    from_raw,
     read_shm_input,
     requested_output_target,
     shm_output_target,
     to_list,
-    to_raw,
 )
 from naiad.shm import SharedMemoryRegistry
 from naiad.types import InferenceRequest, InferenceResponse, RequestedOutput, Tensor
+from naiad.wire_tensors import check_header, from_raw, to_raw
 
 HEADER_LENGTH = "inference-header-content-length"
 

@@ -24,10 +24,11 @@ from typing import Any
 
 import orjson
 
+from naiad.datatypes import format_shape
 from naiad.errors import invalid_arg
 from naiad.frontends.http.codec import json_size_bounds, response_too_large
 from naiad.frontends.tensors import from_list, to_list
-from naiad.models.signature import ModelSignature, TensorSpec, format_shape
+from naiad.models.signature import ModelSignature, TensorSpec
 from naiad.types import InferenceRequest, InferenceResponse, Tensor
 
 ID = "id"
