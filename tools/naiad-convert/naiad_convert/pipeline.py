@@ -9,6 +9,7 @@ import hashlib
 import shlex
 import shutil
 import time
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,6 +39,7 @@ FORMATS_FOLDER = "formats"
 REPOSITORY_FOLDER = "repository"
 SERVED_FOLDER = "served"
 MAX_CHECK_ROWS = 4  # sample rows also checked one by one (batch 1)
+MAX_WARNINGS = 5    # distinct exporter warnings kept per format
 
 
 @dataclass
@@ -61,14 +63,21 @@ class ConvertSettings:
         source = Path(self.source)
         digest = _file_digest(source) if source.is_file() else self.source
         samples = _file_digest(self.samples_path) if self.samples_path else None
-        return {"source": self.source, "source_digest": digest, "samples": samples,
+        return _as_json({"source": self.source, "source_digest": digest, "samples": samples,
                 "inputs": [a.__dict__ for a in self.input_args],
                 "model_name": self.model_name, "export": self.export.to_json(),
                 "timing": dict(self.timing.__dict__, batch_sizes=list(self.timing.batch_sizes)),
                 "tolerance": dict(self.tolerance.__dict__), "check_batch": self.check_batch,
                 "serve": None if self.serve is None else {
                     k: list(v) if isinstance(v, tuple) else v
-                    for k, v in self.serve.__dict__.items()}}
+                    for k, v in self.serve.__dict__.items()}})
+
+
+def _as_json(data: dict[str, Any]) -> dict[str, Any]:
+    """As progress.json will give it back (tuples become lists), so the two compare."""
+    import json
+
+    return dict(json.loads(json.dumps(data)))
 
 
 def _file_digest(path: Path) -> str:
@@ -131,12 +140,21 @@ class Pipeline:
         self._write_reproduce(folder, fmt.name)
         self.say(f"[{fmt.name}] exporting ({fmt.description})")
         start = time.perf_counter()
-        try:
-            fmt.export(source, samples, path, self.settings.export, written)
-            result.export_s = time.perf_counter() - start
-            runner = fmt.load(path, source, self.settings.export)
-        except Exception as exc:  # an exporter's failure is this format's result, not ours
-            return self._finish(result, EXPORT_FAILED, first_line(exc))
+        with warnings.catch_warnings(record=True) as caught:
+            # the exporters' warnings (a TracerWarning says a trace may be wrong) are kept
+            # in the format's result and report, not lost in the terminal's scroll
+            warnings.simplefilter("always")
+            try:
+                fmt.export(source, samples, path, self.settings.export, written)
+                result.export_s = time.perf_counter() - start
+                runner = fmt.load(path, source, self.settings.export)
+            except Exception as exc:  # an exporter's failure is this format's result
+                result.warnings = _distinct(caught)
+                return self._finish(result, EXPORT_FAILED, first_line(exc))
+        result.warnings = _distinct(caught)
+        if result.warnings:
+            self.say(f"[{fmt.name}] {len(result.warnings)} exporter warning(s), first: "
+                     f"{result.warnings[0]}")
         result.file = str(path.relative_to(self.settings.output))
         try:
             got = [runner(batch) for batch in batches]
@@ -259,8 +277,9 @@ class Pipeline:
                        preferred, time.perf_counter() - started)
 
     def choose(self, passed: Sequence[FormatResult]) -> FormatResult | None:
-        """``--format X`` when it passed; else the highest throughput (served figures when
-        measured, in-process otherwise). A format that failed is never chosen."""
+        """``--format X`` when it passed; else the highest throughput: served by naiad when
+        any format was (one naiad could not serve then ranks last), in process otherwise.
+        A format that failed is never chosen."""
         chosen = self.settings.chosen_format
         if chosen is not None:
             for result in passed:
@@ -269,7 +288,8 @@ class Pipeline:
             failed = self.progress.result(chosen)
             raise ConvertError(f"--format {chosen}: {failed.status or 'not run'}: "
                                f"{failed.reason}", EXIT_NO_FORMAT)
-        return max(passed, key=lambda r: r.best_throughput(), default=None)
+        served = any(r.served for r in passed)
+        return max(passed, key=lambda r: r.best_throughput(served), default=None)
 
     def preferred_batch_size(self, winner: FormatResult) -> int | None:
         """The batch size where the winner's in-process throughput peaked."""
@@ -277,6 +297,18 @@ class Pipeline:
             return None
         top = best(winner.timings)
         return top.batch_size if top else None
+
+
+def _distinct(caught: Sequence[warnings.WarningMessage], limit: int = MAX_WARNINGS
+              ) -> list[str]:
+    """The first lines of the distinct warnings, at most ``limit``."""
+    seen: list[str] = []
+    for item in caught:
+        line = f"{item.category.__name__}: {str(item.message).strip().splitlines()[0][:200]}" \
+            if str(item.message).strip() else item.category.__name__
+        if line not in seen:
+            seen.append(line)
+    return seen[:limit]
 
 
 def _json(data: Any) -> str:

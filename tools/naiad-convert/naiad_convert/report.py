@@ -154,6 +154,11 @@ def _check_cell(fmt: dict[str, Any]) -> str:
         for c in fmt["checks"])
 
 
+def _warnings_cell(fmt: dict[str, Any]) -> str:
+    return "".join(f'<br><span class="warning">{html.escape(w)}</span>'
+                   for w in fmt.get("warnings", []))
+
+
 def _num(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.2g}"
 
@@ -174,7 +179,7 @@ def render_html(data: dict[str, Any]) -> str:
     rows = "".join(
         f'<tr class="format-row {html.escape(f["status"])}"><td>{html.escape(f["name"])}'
         f'{" (chosen)" if f["name"] == winner else ""}</td><td>{html.escape(f["status"])}</td>'
-        f'<td>{html.escape(f["reason"])}</td><td>{_check_cell(f)}</td>'
+        f'<td>{html.escape(f["reason"])}{_warnings_cell(f)}</td><td>{_check_cell(f)}</td>'
         f'<td>{_timing_cell(f)}</td></tr>' for f in formats)
     summary = (f'chose <b>{html.escape(winner)}</b>, preferred batch size '
                f'{data["preferred_batch_size"]}; repository {html.escape(data["repository"])}'
@@ -191,6 +196,7 @@ p {{ margin: 4px 0; font-size: 13px; }}
 svg text {{ font-size: 12px; font-family: sans-serif; }}
 table {{ border-collapse: collapse; font-size: 12px; margin-top: 12px; }}
 td, th {{ border: 1px solid #ccc; padding: 3px 6px; vertical-align: top; text-align: left; }}
+.warning {{ color: #8c564b; }}
 tr.passed td:nth-child(2) {{ color: #2ca02c; }}
 tr.check-failed td:nth-child(2), tr.export-failed td:nth-child(2) {{ color: {FAILED_COLOUR}; }}
 </style></head><body>

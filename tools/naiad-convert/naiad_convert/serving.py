@@ -66,12 +66,16 @@ def measure_served(repository: Path, models: dict[str, str], samples: Samples,
     results: dict[str, Any] = {}
     try:
         server_cm = naiad_server("--model-repository", str(repository),
-                                 "--model-control-mode", "explicit", *settings.serve_args,
+                                 "--model-control-mode", "explicit",
+                                 # only the KServe endpoints: the OpenAI API's fixed port
+                                 # (9000) may be taken on a shared machine
+                                 "--allow-openai", "false", *settings.serve_args,
                                  ready_timeout=settings.ready_timeout_s)
         server = server_cm.__enter__()
     except RuntimeError as exc:
+        tail = " | ".join(line.strip() for line in str(exc).splitlines()[-4:] if line.strip())
         raise ConvertError(f"naiad serve did not get ready on the formats' repository "
-                           f"({repository}): {first_line(exc)}") from None
+                           f"({repository}): {tail}") from None
     try:
         url = server.grpc_url if settings.protocol == "grpc" else server.http_url
         for fmt, model in models.items():

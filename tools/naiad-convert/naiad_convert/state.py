@@ -32,6 +32,7 @@ class FormatResult:
     reason: str = ""             # why skipped or failed, one line
     file: str = ""               # the model file, relative to the output folder
     export_s: float = 0.0
+    warnings: list[str] = field(default_factory=list)  # the exporter's, first lines
     checks: list[OutputCheck] = field(default_factory=list)
     timings: list[BatchTiming] = field(default_factory=list)
     timed: bool = False
@@ -39,8 +40,10 @@ class FormatResult:
     served_error: str = ""
     served_done: bool = False
 
-    def best_throughput(self) -> float:
-        if self.served:
+    def best_throughput(self, served: bool | None = None) -> float:
+        """The highest throughput measured: served by naiad (``served`` True), in process
+        (False), or served when there are such figures (None)."""
+        if served or (served is None and self.served):
             return max((s["throughput"] for s in self.served), default=0.0)
         return max((t.throughput for t in self.timings), default=0.0)
 
