@@ -39,6 +39,7 @@ from naiad.pytriton.model_config.triton_model_config import TritonModelConfig
 SECONDS = 1.0
 DEFAULT_INIT_TIMEOUT_S = 300.0 * SECONDS        # PyTriton's _DEFAULT_SYNC_INIT_TIMEOUT_S
 DEFAULT_INFERENCE_TIMEOUT_S = 60.0 * SECONDS    # PyTriton's DEFAULT_INFERENCE_TIMEOUT_S
+STREAM_POLL_S = 1.0 * SECONDS                   # how often a stream reader checks close()
 _Parameters = dict[str, str | int | bool] | None
 
 
@@ -331,25 +332,29 @@ class DecoupledModelClient(ModelClient):
             raise
         return self._response_iterator()
 
-    def _response_callback(self, response: Any, error: Any) -> None:
+    def _response_callback(self, result: Any, error: Any) -> None:
         if error:
             self._queue.put(error)
             return
-        final = response.get_response().parameters.get("triton_final_response")
+        final = result.get_response().parameters.get("triton_final_response")
         if final and final.bool_param:
             self._queue.put(None)
         else:
-            self._queue.put(_numpy_result(response))
+            self._queue.put(_numpy_result(result))
 
     def _response_iterator(self) -> Iterator[dict[str, np.ndarray]]:
         try:
             while True:
+                # As PyTriton 0.7 (whose queue.get(timeout) is get(block=timeout)): each
+                # response is awaited for as long as the stream lasts; inference_timeout_s
+                # bounds the request, not the time between two responses.
                 try:
-                    item = self._queue.get(timeout=self._inference_timeout_s)
-                except queue.Empty as exc:
-                    raise PyTritonClientTimeoutError(
-                        "Timeout occurred during inference request. Timeout: "
-                        f"{self._inference_timeout_s} s") from exc
+                    item = self._queue.get(timeout=STREAM_POLL_S)
+                except queue.Empty:
+                    if self._infer_client is None:
+                        raise PyTritonClientClosedError("DecoupledModelClient is closed") \
+                            from None
+                    continue
                 if isinstance(item, Exception):
                     text = item.message() if hasattr(item, "message") else str(item)
                     raise PyTritonClientInferenceServerError(
