@@ -20,8 +20,10 @@ from naiad.models.limits import DEFAULT_MAX_CONFIG_TENSOR_BYTES, DEFAULT_MAX_PRI
 from naiad.models.paths import name_problem, repository_problems
 from naiad.models.progress import DEFAULT_PROGRESS_S
 from naiad.models.staging import DEFAULT_MAX_BYTES
-from naiad.plugins import installed_plugins
+from naiad.plugins import PluginManager, installed_plugins
 from naiad.repository.mirror import MirrorSettings
+from naiad.scheduling.rate_limiter import MODES as RATE_LIMIT_MODES
+from naiad.scheduling.rate_limiter import parse_resource_flag
 from naiad.serve import HTTP_SERVERS, Listeners, run
 from naiad.server_options import MIB, ServerOptions
 from naiad.tracing import DeprecatedFlags, TraceConfig, parse_trace_config
@@ -149,6 +151,15 @@ def build_parser() -> argparse.ArgumentParser:
                       metavar="N",
                       help="the most dynamic_batching priority_levels a model may have; more "
                            "fails its load (naiad only; default 1000)")
+    repo.add_argument("--rate-limit", choices=RATE_LIMIT_MODES, default="off",
+                      type=str.lower,
+                      help="execution_count: an instance runs only while the resources its "
+                           "instance_group's rate_limiter names are free (default off)")
+    repo.add_argument("--rate-limit-resource", action="append", default=[],
+                      metavar="NAME:COUNT[:DEVICE]",
+                      help="how many of a rate limiter resource there are, on DEVICE or on "
+                           "every device and globally (repeatable; default: the most one "
+                           "instance needs)")
     repo.add_argument("--max-config-tensor-bytes", type=int,
                       default=DEFAULT_MAX_CONFIG_TENSOR_BYTES, metavar="BYTES",
                       help="the most bytes of a tensor built from a model configuration (a "
@@ -334,6 +345,10 @@ def build_parser() -> argparse.ArgumentParser:
                          help="never load this plugin (repeatable)")
 
     tritonserver_flags.add_flags(serve)
+    # Installed frontend plugins (entry points "naiad.frontends": the OpenAI API) add theirs.
+    frontends = PluginManager()
+    frontends.load_frontends(check_permission=False)
+    frontends.add_frontend_options(serve)
 
     commands.add_parser("plugins", help="list installed plugins per group")
     return parser
@@ -362,6 +377,8 @@ def _options(args: argparse.Namespace) -> tuple[ServerOptions, Listeners]:
         max_instances_per_model=args.max_instances_per_model,
         max_priority_levels=args.max_priority_levels,
         max_config_tensor_bytes=args.max_config_tensor_bytes,
+        rate_limit=args.rate_limit,
+        rate_limit_resources=[parse_resource_flag(v) for v in args.rate_limit_resource],
         model_load_progress_secs=args.model_load_progress_secs,
         strict_readiness=args.strict_readiness,
         model_control_mode=args.model_control_mode,
@@ -398,6 +415,7 @@ def _options(args: argparse.Namespace) -> tuple[ServerOptions, Listeners]:
         allow_cpu_metrics=args.allow_cpu_metrics, allow_gpu_metrics=args.allow_gpu_metrics,
         reuse_http_port=args.reuse_http_port,
         http_header_forward_pattern=args.http_header_forward_pattern,
+        frontend_options=args,
         http_restricted=parse_restrictions(args.http_restricted_api, "--http-restricted-api"),
         http_limits=HTTPLimits(
             max_header_size=args.http_max_header_size,
@@ -470,6 +488,13 @@ def _check(args: argparse.Namespace) -> list[str]:
             compile_pattern(getattr(args, flag))
         except re.error as exc:
             problems.append(f"--{flag.replace('_', '-')}: not a regular expression: {exc}")
+    for value in args.rate_limit_resource:
+        try:
+            parse_resource_flag(value)
+        except ValueError as exc:
+            problems.append(str(exc))
+    if args.rate_limit_resource and args.rate_limit == "off":
+        problems.append("--rate-limit-resource needs --rate-limit=execution_count")
     if args.load_model.count("*") and len(args.load_model) > 1:
         problems.append("--load-model=* must be the only --load-model")
     if " " in args.model_config_name:

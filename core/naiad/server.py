@@ -33,6 +33,7 @@ from naiad.plugins import PluginManager
 from naiad.repository.mirror import local_folders
 from naiad.repository.scan import scheme_of
 from naiad.response_cache import ServerCache
+from naiad.scheduling.rate_limiter import RateLimiter
 from naiad.server_models import ServerModels
 from naiad.server_options import ServerOptions
 from naiad.shm import SharedMemoryRegistry
@@ -101,6 +102,8 @@ class InferenceServer:
             progress_s=options.model_load_progress_secs,
             track_files=options.model_control_mode == "poll",
             metrics=options.metrics,
+            rate_limiter=RateLimiter(options.rate_limit_resources)
+            if options.rate_limit == "execution_count" else None,
         ))
         self.models.mirrors = mirrors
         self.poller: RepositoryPoller | None = None

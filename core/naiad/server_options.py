@@ -10,6 +10,7 @@ from naiad.models.limits import DEFAULT_MAX_CONFIG_TENSOR_BYTES, DEFAULT_MAX_PRI
 from naiad.models.progress import DEFAULT_PROGRESS_S
 from naiad.models.staging import DEFAULT_MAX_BYTES
 from naiad.repository.mirror import MirrorSettings
+from naiad.scheduling.rate_limiter import ResourceFlag
 from naiad.tracing import TraceConfig
 
 MIB = 1024 * 1024
@@ -34,6 +35,10 @@ class ServerOptions:
     # initial value); a larger configuration fails its load (naiad.models.limits).
     max_priority_levels: int = DEFAULT_MAX_PRIORITY_LEVELS
     max_config_tensor_bytes: int = DEFAULT_MAX_CONFIG_TENSOR_BYTES
+    # --rate-limit (off | execution_count) and its --rate-limit-resource counts
+    # (naiad.scheduling.rate_limiter)
+    rate_limit: str = "off"
+    rate_limit_resources: list[ResourceFlag] = field(default_factory=list)
     # naiad only: seconds between two "still running" lines of a slow load step (0: none).
     model_load_progress_secs: float = DEFAULT_PROGRESS_S
     strict_readiness: bool = True

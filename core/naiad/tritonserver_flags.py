@@ -6,8 +6,8 @@ is known here or in :mod:`naiad.cli`. Two kinds live here:
 - **inert**: settings of parts naiad does not have (Triton's pinned and CUDA memory pools,
   its C++ thread pools, the directories of its shared libraries). Any value is accepted,
   and ``naiad serve`` logs once that it has no effect.
-- **refused**: features naiad does not implement (the rate limiter, SageMaker and
-  Vertex AI endpoints, model namespacing). Their default (off) is accepted; any other
+- **refused**: features naiad does not implement (SageMaker and Vertex AI endpoints,
+  model namespacing). Their default (off) is accepted; any other
   value stops start-up with the reason, rather than serving without a feature the operator
   asked for. A repeatable flag may have values naiad implements
   (``Refused.implemented``): those are accepted.
@@ -92,10 +92,6 @@ REFUSED = (
     Refused("--model-namespacing", "BOOL", False,
             "naiad does not implement model namespacing; a model name must be unique "
             "across the repositories", parse_bool),
-    Refused("--rate-limit", "MODE", "off", "naiad does not implement the rate limiter yet",
-            lambda value: value.lower()),
-    Refused("--rate-limit-resource", "NAME:COUNT[:DEVICE]", None,
-            "naiad does not implement the rate limiter yet", repeatable=True),
 )
 
 

@@ -113,7 +113,9 @@ def test_refused_flags_are_accepted_at_tritons_default():
     (["--load-model=*", "--load-model=a"], "--load-model=* must be the only --load-model"),
     (["--model-config-name=a b"], "must not contain spaces"),
     (["--model-load-thread-count=0"], "at least 1"),
-    (["--rate-limit=execution_count", "--allow-sagemaker=true"], "rate limiter"),
+    (["--allow-vertex-ai=true", "--allow-sagemaker=true"], "Vertex AI"),
+    (["--rate-limit-resource=r1:4"], "--rate-limit-resource needs --rate-limit=execution_count"),
+    (["--rate-limit=execution_count", "--rate-limit-resource=r1"], "NAME:COUNT[:DEVICE]"),
 ])
 def test_bad_values_stop_start_up_with_a_message(argv, expected):
     result = subprocess.run([sys.executable, "-m", "naiad", "serve", "--model-repository",
@@ -124,8 +126,8 @@ def test_bad_values_stop_start_up_with_a_message(argv, expected):
 
 
 def test_two_refusals_are_reported_together():
-    problems = _check(parse("--allow-sagemaker=true", "--rate-limit=execution_count"))
-    assert [p.split("=")[0] for p in problems] == ["--allow-sagemaker", "--rate-limit"]
+    problems = _check(parse("--allow-sagemaker=true", "--model-namespacing=true"))
+    assert [p.split("=")[0] for p in problems] == ["--allow-sagemaker", "--model-namespacing"]
 
 
 def test_inert_flags_say_in_the_log_that_they_change_nothing(tmp_path):

@@ -46,6 +46,7 @@ from naiad.repository.mirror import RepositoryMirror
 from naiad.repository.scan import model_config_versions, model_folders
 from naiad.response_cache import ServerCache
 from naiad.scheduling.base import Scheduler, SchedulingContext
+from naiad.scheduling.rate_limiter import RateLimitedWorker
 from naiad.stats import ModelStats
 from naiad.types import InferenceClient
 
@@ -562,13 +563,22 @@ class ModelManager:
             backend = self.plugins.backend(config.backend, backend_config)
             instances = expand_instance_groups(name, config,
                                                self.options.limits.max_instances)
+            limiter = self.options.rate_limiter
+            # the rate limiter's load errors come before any instance starts, as in Triton
+            limited = [] if limiter is None else limiter.register(name, version, config,
+                                                                    instances)
             try:
                 workers = await load_version(backend, name, version, path, config, instances,
                                              backend_config, self.client, metrics,
                                              progress_s=self.options.progress_s)
             except BaseException:
                 metrics.close()  # what a failed initialize made goes with it
+                if limiter is not None:
+                    limiter.unregister(limited)
                 raise
+            if limiter is not None:
+                workers = [RateLimitedWorker(w, limiter, key)
+                           for w, key in zip(workers, limited, strict=True)]
         context = SchedulingContext(name, version, config, workers, stats, models=self.get,
                                     model_dir=path)
         try:

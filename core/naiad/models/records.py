@@ -18,6 +18,7 @@ from naiad.models.progress import DEFAULT_PROGRESS_S
 from naiad.models.signature import ModelSignature
 from naiad.repository.fingerprint import ModelFingerprint
 from naiad.scheduling.base import Scheduler, SchedulingContext
+from naiad.scheduling.rate_limiter import RateLimiter
 from naiad.stats import ModelStats
 
 READY, UNAVAILABLE, LOADING, UNLOADING = "READY", "UNAVAILABLE", "LOADING", "UNLOADING"
@@ -90,6 +91,8 @@ class LoadOptions:
     # Triton's summaries; with histogram_latencies=true, decoupled versions get a
     # first-response histogram, nv_inference_first_response_histogram_ms)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
+    # --rate-limit=execution_count: the server's resource pools (None: off)
+    rate_limiter: RateLimiter | None = None
 
     def settings_for(self, backend: str) -> dict[str, str]:
         """The ``--backend-config`` settings one backend sees: the shared ones, overridden
