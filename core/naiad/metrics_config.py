@@ -32,8 +32,10 @@ import itertools
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
+from functools import partial
 
 from naiad.quantiles import AGE_BUCKETS
+from naiad.settings import boolean, integer, seconds
 
 #: Triton's default summary quantiles, each with its allowed error.
 DEFAULT_QUANTILES: tuple[tuple[float, float], ...] = (
@@ -66,15 +68,6 @@ class MetricsConfig:
     batch_size_buckets: tuple[int, ...] = DEFAULT_BATCH_SIZE_BUCKETS
 
 
-def _bool(key: str, value: str) -> bool:
-    lowered = value.strip().lower()
-    if lowered in ("true", "1", "on", "yes"):
-        return True
-    if lowered in ("false", "0", "off", "no"):
-        return False
-    raise ValueError(f"{key}={value}: expected true or false")
-
-
 def _quantiles(key: str, value: str) -> tuple[tuple[float, float], ...]:
     pairs = []
     for item in value.split(","):
@@ -94,27 +87,6 @@ def _quantiles(key: str, value: str) -> tuple[tuple[float, float], ...]:
     return tuple(pairs)
 
 
-def _positive_number(key: str, value: str, unit: str) -> float:
-    try:
-        number = float(value)
-    except ValueError:
-        number = math.nan
-    if not (number > 0 and math.isfinite(number)):
-        raise ValueError(f"{key}={value}: expected a positive number of {unit}")
-    return number
-
-
-def _samples(key: str, value: str) -> int:
-    try:
-        number = int(value)
-    except ValueError:
-        number = 0
-    if not AGE_BUCKETS <= number <= MAX_SUMMARY_MAX_SAMPLES:
-        raise ValueError(f"{key}={value}: expected a whole number of observations from "
-                         f"{AGE_BUCKETS} to {MAX_SUMMARY_MAX_SAMPLES}")
-    return number
-
-
 def _bounds(key: str, value: str, whole: bool) -> tuple:
     kind = "whole numbers" if whole else "numbers"
     try:
@@ -131,14 +103,16 @@ def _bounds(key: str, value: str, whole: bool) -> tuple:
 
 # key -> (field of MetricsConfig, how its value is read)
 _KEYS = {
-    "counter_latencies": ("counter_latencies", _bool),
-    "summary_latencies": ("summary_latencies", _bool),
+    "counter_latencies": ("counter_latencies", boolean),
+    "summary_latencies": ("summary_latencies", boolean),
     "summary_quantiles": ("summary_quantiles", _quantiles),
-    "summary_max_age": ("summary_max_age_s",
-                        lambda k, v: _positive_number(k, v, "seconds")),
-    "naiad_summary_max_samples": ("summary_max_samples", _samples),
-    "histogram_latencies": ("histogram_latencies", _bool),
-    "naiad_histograms": ("naiad_histograms", _bool),
+    "summary_max_age": ("summary_max_age_s", seconds),
+    "naiad_summary_max_samples": ("summary_max_samples",
+                                  partial(integer, minimum=AGE_BUCKETS,
+                                          maximum=MAX_SUMMARY_MAX_SAMPLES,
+                                          unit="observations")),
+    "histogram_latencies": ("histogram_latencies", boolean),
+    "naiad_histograms": ("naiad_histograms", boolean),
     "naiad_latency_buckets_ms": ("latency_buckets_ms",
                                  lambda k, v: _bounds(k, v, whole=False)),
     "naiad_batch_size_buckets": ("batch_size_buckets",

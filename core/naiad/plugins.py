@@ -45,6 +45,7 @@ PUBLIC_MODULES = (
     "naiad.custom_metrics",
     "naiad.errors",
     "naiad.hookspecs",
+    "naiad.settings",
     "naiad.types",
 )
 

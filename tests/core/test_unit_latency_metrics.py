@@ -174,7 +174,7 @@ def test_the_last_value_of_a_key_wins():
     ("summary_quantiles=0.5", "summary_quantiles=0.5: expected QUANTILE:ERROR pairs"),
     ("summary_quantiles=1.5:0.1", "expected QUANTILE:ERROR pairs"),
     ("summary_quantiles=0.5:0.1,0.5:0.2", "a quantile is listed twice"),
-    ("summary_max_age=0", "summary_max_age=0: expected a positive number of seconds"),
+    ("summary_max_age=0", "summary_max_age=0: expected a number of seconds greater than 0"),
     ("naiad_summary_max_samples=2", "expected a whole number of observations from 5"),
     ("naiad_latency_buckets_ms=1,1,2", "the bounds must increase strictly"),
     ("naiad_latency_buckets_ms=-1,2", "expected positive numbers separated by commas"),

@@ -15,7 +15,8 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from naiad.errors import invalid_arg, unavailable
-from naiad_backend_onnx.settings import parameter, parse_bool, parse_int
+from naiad.settings import boolean, integer
+from naiad_backend_onnx.settings import parameter
 
 if TYPE_CHECKING:
     from tritonclient.grpc.model_config_pb2 import ModelConfig
@@ -106,7 +107,7 @@ def select_providers(config: ModelConfig, model_name: str, instance: InstanceInf
             else:  # "cuda": options for the CUDA provider itself
                 for key, value in entry.parameters.items():
                     if key in _CUDA_BOOLS:
-                        value = "1" if parse_bool(value, _cuda_what(model_name, key)) else "0"
+                        value = _flag(key, value, _cuda_where(model_name))
                     cuda[key] = value
         cuda["device_id"] = device
         providers.append((CUDA, cuda))
@@ -125,7 +126,8 @@ def tensorrt_options(parameters: dict[str, str], model_name: str) -> dict[str, s
     """Triton's TensorRT accelerator parameters as TensorRT provider options."""
     options: dict[str, str] = {}
     for key, value in parameters.items():
-        what = f"model '{model_name}': TensorRT accelerator parameter '{key}'"
+        where = f"model '{model_name}': TensorRT accelerator parameter "
+        what = f"{where}'{key}'"
         if key == "precision_mode":
             if value not in _TRT_PRECISIONS:
                 raise invalid_arg(f"{what} must be one of {', '.join(_TRT_PRECISIONS)}, "
@@ -134,15 +136,16 @@ def tensorrt_options(parameters: dict[str, str], model_name: str) -> dict[str, s
             if flag is not None:
                 options[flag] = "1"
         elif key == "max_workspace_size_bytes":
-            options["trt_max_workspace_size"] = str(parse_int(value, what))
+            options["trt_max_workspace_size"] = str(integer(key, value, minimum=0,
+                                                                    unit="bytes", where=where))
         elif key == "int8_calibration_table_name":
             options["trt_int8_calibration_table_name"] = value
         elif key == "int8_use_native_calibration_table":
-            options["trt_int8_use_native_calibration_table"] = _flag(value, what)
+            options["trt_int8_use_native_calibration_table"] = _flag(key, value, where)
         elif key in _TRT_INT:
-            options[key] = str(parse_int(value, what, minimum=None))
+            options[key] = str(integer(key, value, where=where))
         elif key in _TRT_BOOL:
-            options[key] = _flag(value, what)
+            options[key] = _flag(key, value, where)
         elif key in _TRT_STRING:
             options[key] = value
         else:
@@ -168,11 +171,12 @@ def cuda_options(config: ModelConfig, model_name: str) -> dict[str, str]:
         options[key] = codes[value.strip()]
     value = parameter(config, "gpu_mem_limit")
     if value is not None:
-        options["gpu_mem_limit"] = str(parse_int(value, _cuda_what(model_name, "gpu_mem_limit")))
+        options["gpu_mem_limit"] = str(integer("gpu_mem_limit", value, minimum=0, unit="bytes",
+                                                where=_cuda_where(model_name)))
     value = parameter(config, "do_copy_in_default_stream")
     if value is not None:
-        options["do_copy_in_default_stream"] = _flag(
-            value, _cuda_what(model_name, "do_copy_in_default_stream"))
+        options["do_copy_in_default_stream"] = _flag("do_copy_in_default_stream", value,
+                                                     _cuda_where(model_name))
     return options
 
 
@@ -180,5 +184,9 @@ def _cuda_what(model_name: str, key: str) -> str:
     return f"model '{model_name}': CUDA parameter '{key}'"
 
 
-def _flag(value: str, what: str) -> str:
-    return "1" if parse_bool(value, what) else "0"
+def _cuda_where(model_name: str) -> str:
+    return f"model '{model_name}': CUDA parameter "
+
+
+def _flag(key: str, value: str, where: str) -> str:
+    return "1" if boolean(key, value, where=where) else "0"

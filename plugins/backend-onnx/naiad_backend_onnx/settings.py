@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 from tritonclient.grpc.model_config_pb2 import ModelInstanceGroup
 
 from naiad.errors import invalid_arg
+from naiad.settings import boolean, integer, read
 
 if TYPE_CHECKING:
     from tritonclient.grpc.model_config_pb2 import ModelConfig
@@ -40,36 +41,11 @@ GRAPH_LEVELS = {
 BACKEND_KEYS = ("default-max-batch-size", "intra_op_thread_count", "inter_op_thread_count",
                 "enable-global-threadpool")
 
-_TRUE = frozenset({"1", "true", "yes", "on"})
-_FALSE = frozenset({"0", "false", "no", "off"})
-
-
 def parameter(config: ModelConfig, key: str) -> str | None:
     """The ``string_value`` of ``parameters { key: KEY }`` in config.pbtxt, or None."""
     if key not in config.parameters:
         return None
     return config.parameters[key].string_value
-
-
-def parse_int(value: str, what: str, minimum: int | None = 0) -> int:
-    """``value`` as an int of at least ``minimum``; ``what`` names it in the error."""
-    try:
-        number = int(value.strip())
-    except ValueError:
-        number = None
-    if number is None or (minimum is not None and number < minimum):
-        bound = f" >= {minimum}" if minimum is not None else ""
-        raise invalid_arg(f"{what} must be an integer{bound}, got '{value}'")
-    return number
-
-
-def parse_bool(value: str, what: str) -> bool:
-    lowered = value.strip().lower()
-    if lowered in _TRUE:
-        return True
-    if lowered in _FALSE:
-        return False
-    raise invalid_arg(f"{what} must be 1 or 0 (true or false), got '{value}'")
 
 
 def available_cpus() -> int:
@@ -91,30 +67,26 @@ class BackendSettings:
 
     @classmethod
     def parse(cls, values: dict[str, str]) -> BackendSettings:
-        def what(key: str) -> str:
-            return f"--backend-config onnxruntime,{key}"
+        where = "--backend-config onnxruntime,"
 
         unknown = sorted(set(values) - set(BACKEND_KEYS))
         if unknown:
             log.warning("the onnxruntime backend ignores --backend-config keys %s (it reads "
                         "%s)", ", ".join(unknown), ", ".join(BACKEND_KEYS))
-        if parse_bool(values.get("enable-global-threadpool", "0"),
-                      what("enable-global-threadpool")):
+        if read(values, "enable-global-threadpool", False, boolean, where=where):
             # ONNX Runtime's Python API has no global thread pools; the per-session defaults
             # below already keep sessions from oversubscribing the cores.
             log.warning("--backend-config onnxruntime,enable-global-threadpool=1 is not "
                         "supported: each session gets its own thread pools, sized so that "
                         "all instances together use the available cores")
-        intra = values.get("intra_op_thread_count")
-        inter = values.get("inter_op_thread_count")
         return cls(
-            default_max_batch_size=parse_int(
-                values.get("default-max-batch-size", str(DEFAULT_MAX_BATCH_SIZE)),
-                what("default-max-batch-size")),
-            intra_op_thread_count=None if intra is None else parse_int(
-                intra, what("intra_op_thread_count")),
-            inter_op_thread_count=None if inter is None else parse_int(
-                inter, what("inter_op_thread_count")),
+            default_max_batch_size=read(values, "default-max-batch-size",
+                                        DEFAULT_MAX_BATCH_SIZE, integer, minimum=0,
+                                        where=where),
+            intra_op_thread_count=read(values, "intra_op_thread_count", None, integer,
+                                       minimum=0, where=where),
+            inter_op_thread_count=read(values, "inter_op_thread_count", None, integer,
+                                       minimum=0, where=where),
         )
 
 
@@ -137,16 +109,18 @@ def session_settings(config: ModelConfig, model_name: str, backend: BackendSetti
                      cpus: int | None = None) -> SessionSettings:
     """Read the session options of ``config``; ``cpus`` defaults to :func:`available_cpus`."""
 
+    where = f"model '{model_name}': parameter "
+
     def what(key: str) -> str:
         return f"model '{model_name}': parameter '{key}'"
 
     def int_parameter(key: str, minimum: int = 0) -> int | None:
         value = parameter(config, key)
-        return None if value is None else parse_int(value, what(key), minimum)
+        return None if value is None else integer(key, value, minimum=minimum, where=where)
 
     def bool_parameter(key: str) -> bool | None:
         value = parameter(config, key)
-        return None if value is None else parse_bool(value, what(key))
+        return None if value is None else boolean(key, value, where=where)
 
     mode = int_parameter("execution_mode")
     if mode not in (None, 0, 1):

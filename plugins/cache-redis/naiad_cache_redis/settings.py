@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from naiad.errors import InferenceServerError, invalid_arg
+from naiad.settings import boolean, integer, read, refuse
 
 CACHE_NAME = "redis"
 
@@ -48,8 +49,6 @@ KNOWN_KEYS = frozenset({
 
 # "host=10.0.0.5,port=6380" given as one flag: the value swallowed the next setting.
 _JOINED = re.compile(r",\s*[A-Za-z_]+=")
-_TRUE = frozenset({"true", "1", "yes", "on"})
-_FALSE = frozenset({"false", "0", "no", "off"})
 
 
 @dataclass(frozen=True)
@@ -86,40 +85,19 @@ class RedisSettings:
         return f"{self.host}:{self.port}"
 
 
+#: where every redis setting is given, as messages name it
+WHERE = f"--cache-config {CACHE_NAME},"
+
+
 def _refuse(key: str, value: str, expected: str) -> InferenceServerError:
-    return invalid_arg(f"--cache-config {CACHE_NAME},{key}={value}: {key} must be {expected}")
-
-
-def _integer(settings: Mapping[str, str], key: str, default: int, *, minimum: int,
-             maximum: int | None = None, unit: str = "") -> int:
-    if key not in settings:
-        return default
-    raw = settings[key]
-    try:
-        number = int(raw.strip())
-    except ValueError:
-        number = None
-    if number is None or number < minimum or (maximum is not None and number > maximum):
-        span = f"from {minimum} to {maximum}" if maximum is not None else f">= {minimum}"
-        raise _refuse(key, raw, f"an integer{unit} {span}")
-    return number
+    return refuse(key, value, expected, WHERE)
 
 
 def _timeout(settings: Mapping[str, str], key: str, default_ms: int) -> float | None:
     """A timeout in milliseconds, as seconds; 0 means wait forever (None), as in Triton."""
-    ms = _integer(settings, key, default_ms, minimum=0,
-                  unit=" number of milliseconds (0 waits forever)")
+    ms = read(settings, key, default_ms, integer, minimum=0,
+              unit="milliseconds (0 waits forever)", where=WHERE)
     return None if ms == 0 else ms * MILLISECONDS
-
-
-def _boolean(settings: Mapping[str, str], key: str) -> bool:
-    raw = settings.get(key, "false")
-    lowered = raw.strip().lower()
-    if lowered in _TRUE:
-        return True
-    if lowered in _FALSE:
-        return False
-    raise _refuse(key, raw, "true or false")
 
 
 def _text(settings: Mapping[str, str], key: str) -> str | None:
@@ -139,13 +117,13 @@ def _existing(settings: Mapping[str, str], key: str, *, directory: bool) -> str 
     if not (found.is_dir() if directory else found.is_file()):
         raise _refuse(key, path, "an existing directory" if directory else "an existing file")
     if not os.access(found, os.R_OK):
-        raise _refuse(key, path, "readable by the server")
+        raise _refuse(key, path, "a path the server can read")
     return path
 
 
 def _tls(settings: Mapping[str, str]) -> TlsSettings | None:
     given = [key for key in _TLS_FILE_KEYS if key in settings]
-    if not _boolean(settings, "tls_enabled"):
+    if not read(settings, "tls_enabled", False, boolean, where=WHERE):
         if given:
             # Triton reads them only with tls_enabled present; naiad never ignores a setting.
             raise invalid_arg(f"--cache-config {CACHE_NAME},{given[0]}=...: TLS settings need "
@@ -188,17 +166,17 @@ def parse_settings(settings: Mapping[str, str],
     assert host is not None
     return RedisSettings(
         host=host,
-        port=_integer(settings, "port", 0, minimum=1, maximum=65535),
+        port=integer("port", settings["port"], minimum=1, maximum=65535, where=WHERE),
         user=_text(settings, "user") or environ.get(USERNAME_ENV) or None,
         password=_text(settings, "password") or environ.get(PASSWORD_ENV) or None,
-        db=_integer(settings, "db", DEFAULT_DB, minimum=0),
+        db=read(settings, "db", DEFAULT_DB, integer, minimum=0, where=WHERE),
         connect_timeout_s=_timeout(settings, "connect_timeout", DEFAULT_CONNECT_TIMEOUT_MS),
         socket_timeout_s=_timeout(settings, "socket_timeout", DEFAULT_SOCKET_TIMEOUT_MS),
         wait_timeout_s=_timeout(settings, "wait_timeout", DEFAULT_WAIT_TIMEOUT_MS),
-        pool_size=_integer(settings, "pool_size", DEFAULT_POOL_SIZE, minimum=1),
-        retry_interval_s=_integer(settings, "retry_interval", DEFAULT_RETRY_INTERVAL_MS,
-                                  minimum=0, unit=" number of milliseconds")
-        * MILLISECONDS,
+        pool_size=read(settings, "pool_size", DEFAULT_POOL_SIZE, integer, minimum=1,
+                       where=WHERE),
+        retry_interval_s=read(settings, "retry_interval", DEFAULT_RETRY_INTERVAL_MS, integer,
+                              minimum=0, unit="milliseconds", where=WHERE) * MILLISECONDS,
         key_prefix=settings.get("key_prefix", DEFAULT_KEY_PREFIX),
         tls=_tls(settings),
     )

@@ -8,13 +8,13 @@ naming the variable and what it expects; nothing given is ever ignored.
 
 from __future__ import annotations
 
-import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from naiad.errors import invalid_arg
+from naiad.settings import integer, read_env, seconds
 
 SECONDS = 1.0
 
@@ -89,15 +89,14 @@ def settings_from_environ(environ: Mapping[str, str] | None = None) -> GcsSettin
     env = os.environ if environ is None else environ
     return GcsSettings(
         endpoint=endpoint_from_environ(env),
-        connect_timeout_s=_seconds(env, CONNECT_TIMEOUT_ENV, DEFAULT_CONNECT_TIMEOUT_S,
-                                   allow_zero=False),
-        read_timeout_s=_seconds(env, READ_TIMEOUT_ENV, DEFAULT_READ_TIMEOUT_S,
-                                allow_zero=False),
-        retry_deadline_s=_seconds(env, RETRY_DEADLINE_ENV, DEFAULT_RETRY_DEADLINE_S,
-                                  allow_zero=True),
-        list_page_size=_count(env, PAGE_SIZE_ENV, DEFAULT_LIST_PAGE_SIZE,
-                              most=MAX_LIST_PAGE_SIZE),
-        max_connections=_count(env, MAX_CONNECTIONS_ENV, DEFAULT_MAX_CONNECTIONS),
+        connect_timeout_s=read_env(env, CONNECT_TIMEOUT_ENV, DEFAULT_CONNECT_TIMEOUT_S, seconds),
+        read_timeout_s=read_env(env, READ_TIMEOUT_ENV, DEFAULT_READ_TIMEOUT_S, seconds),
+        retry_deadline_s=read_env(env, RETRY_DEADLINE_ENV, DEFAULT_RETRY_DEADLINE_S, seconds,
+                              allow_zero=True),
+        list_page_size=read_env(env, PAGE_SIZE_ENV, DEFAULT_LIST_PAGE_SIZE, integer, minimum=1,
+                            maximum=MAX_LIST_PAGE_SIZE, unit="objects"),
+        max_connections=read_env(env, MAX_CONNECTIONS_ENV, DEFAULT_MAX_CONNECTIONS, integer,
+                             minimum=1, unit="connections"),
     )
 
 
@@ -128,31 +127,3 @@ def _endpoint_url(name: str, value: str) -> str:
         raise invalid_arg(f"{name}='{value}' is not an endpoint: expected HOST:PORT or "
                           f"http(s)://HOST[:PORT]")
     return text.rstrip("/")
-
-
-def _seconds(env: Mapping[str, str], name: str, default: float, *, allow_zero: bool) -> float:
-    text = env.get(name, "").strip()
-    if not text:
-        return default
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not math.isfinite(value) or value < 0 or (value == 0 and not allow_zero):
-        least = "0 or more" if allow_zero else "more than 0"
-        raise invalid_arg(f"{name}='{text}' is not a duration: expected seconds, {least}")
-    return value
-
-
-def _count(env: Mapping[str, str], name: str, default: int, *, most: int | None = None) -> int:
-    text = env.get(name, "").strip()
-    if not text:
-        return default
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1 or (most is not None and value > most):
-        bound = f"1 to {most}" if most is not None else "1 or more"
-        raise invalid_arg(f"{name}='{text}' is not a count: expected a whole number, {bound}")
-    return value

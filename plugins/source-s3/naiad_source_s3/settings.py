@@ -21,7 +21,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from naiad.errors import invalid_arg
+from naiad.settings import integer, read_env, seconds
 
 SECONDS = 1.0
 
@@ -52,44 +52,19 @@ class S3Settings:
     list_page_size: int = DEFAULT_LIST_PAGE_SIZE
 
 
-def _seconds(environ: Mapping[str, str], name: str, default: float) -> float:
-    raw = environ.get(name, "").strip()
-    if not raw:
-        return default
-    try:
-        value = float(raw)
-    except ValueError:
-        value = -1.0
-    if not value > 0 or value == float("inf"):
-        raise invalid_arg(f"{name}={raw}: expected a number of seconds greater than 0")
-    return value
-
-
-def _count(environ: Mapping[str, str], name: str, default: int, *, unit: str,
-           maximum: int | None = None) -> int:
-    raw = environ.get(name, "").strip()
-    if not raw:
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        value = 0
-    if value < 1 or (maximum is not None and value > maximum):
-        span = f"from 1 to {maximum}" if maximum is not None else "of at least 1"
-        raise invalid_arg(f"{name}={raw}: expected a whole number of {unit} {span}")
-    return value
-
-
 def read_settings(environ: Mapping[str, str] | None = None) -> S3Settings:
     """The settings from ``environ`` (``os.environ`` when None); a value that is not a
     positive number is refused with INVALID_ARG naming the variable."""
     environ = os.environ if environ is None else environ
     return S3Settings(
-        connect_timeout_s=_seconds(environ, CONNECT_TIMEOUT_ENV, DEFAULT_CONNECT_TIMEOUT_S),
-        read_timeout_s=_seconds(environ, READ_TIMEOUT_ENV, DEFAULT_READ_TIMEOUT_S),
-        max_attempts=_count(environ, MAX_ATTEMPTS_ENV, DEFAULT_MAX_ATTEMPTS, unit="attempts"),
-        max_pool_connections=_count(environ, MAX_POOL_CONNECTIONS_ENV,
-                                    DEFAULT_MAX_POOL_CONNECTIONS, unit="connections"),
-        list_page_size=_count(environ, LIST_PAGE_SIZE_ENV, DEFAULT_LIST_PAGE_SIZE,
-                              unit="objects", maximum=MAX_LIST_PAGE_SIZE),
+        connect_timeout_s=read_env(environ, CONNECT_TIMEOUT_ENV, DEFAULT_CONNECT_TIMEOUT_S,
+                               seconds),
+        read_timeout_s=read_env(environ, READ_TIMEOUT_ENV, DEFAULT_READ_TIMEOUT_S, seconds),
+        max_attempts=read_env(environ, MAX_ATTEMPTS_ENV, DEFAULT_MAX_ATTEMPTS, integer,
+                          minimum=1, unit="attempts"),
+        max_pool_connections=read_env(environ, MAX_POOL_CONNECTIONS_ENV,
+                                  DEFAULT_MAX_POOL_CONNECTIONS, integer, minimum=1,
+                                  unit="connections"),
+        list_page_size=read_env(environ, LIST_PAGE_SIZE_ENV, DEFAULT_LIST_PAGE_SIZE, integer,
+                            minimum=1, maximum=MAX_LIST_PAGE_SIZE, unit="objects"),
     )

@@ -26,7 +26,7 @@ BROKEN = {
                   ["'bad_level'", "level: 7", "graph optimization level"]),
     "bad_threads": ("max_batch_size: 8\n" + MLP_IO + 'parameters { key: "intra_op_thread_count"'
                     ' value: { string_value: "many" } }',
-                    ["'bad_threads'", "'intra_op_thread_count'", "integer", "'many'"]),
+                    ["'bad_threads'", "intra_op_thread_count=many", "whole number"]),
     "bad_mode": ("max_batch_size: 8\n" + MLP_IO + 'parameters { key: "execution_mode" '
                  'value: { string_value: "2" } }', ["'bad_mode'", "'execution_mode'", "0", "1"]),
     "bad_datatype": ("max_batch_size: 8\n" + MLP_IO.replace("TYPE_FP32 dims: [ 4 ]",

@@ -315,14 +315,16 @@ def test_an_endpoint_that_never_answers(bucket_name: str,
 
 
 @pytest.mark.parametrize(("name", "value", "why"), [
-    ("NAIAD_GCS_CONNECT_TIMEOUT_S", "soon", "NAIAD_GCS_CONNECT_TIMEOUT_S='soon' is not a "
-                                            "duration: expected seconds, more than 0"),
-    ("NAIAD_GCS_READ_TIMEOUT_S", "0", "NAIAD_GCS_READ_TIMEOUT_S='0' is not a duration"),
-    ("NAIAD_GCS_RETRY_DEADLINE_S", "-1", "NAIAD_GCS_RETRY_DEADLINE_S='-1' is not a duration: "
-                                         "expected seconds, 0 or more"),
-    ("NAIAD_GCS_LIST_PAGE_SIZE", "5000", "NAIAD_GCS_LIST_PAGE_SIZE='5000' is not a count: "
-                                         "expected a whole number, 1 to 1000"),
-    ("NAIAD_GCS_MAX_CONNECTIONS", "many", "NAIAD_GCS_MAX_CONNECTIONS='many' is not a count"),
+    ("NAIAD_GCS_CONNECT_TIMEOUT_S", "soon", "NAIAD_GCS_CONNECT_TIMEOUT_S=soon: expected a "
+                                            "number of seconds greater than 0"),
+    ("NAIAD_GCS_READ_TIMEOUT_S", "0", "NAIAD_GCS_READ_TIMEOUT_S=0: expected a number of "
+                                      "seconds"),
+    ("NAIAD_GCS_RETRY_DEADLINE_S", "-1", "NAIAD_GCS_RETRY_DEADLINE_S=-1: expected a number of "
+                                         "seconds, at least 0"),
+    ("NAIAD_GCS_LIST_PAGE_SIZE", "5000", "NAIAD_GCS_LIST_PAGE_SIZE=5000: expected a whole "
+                                         "number of objects from 1 to 1000"),
+    ("NAIAD_GCS_MAX_CONNECTIONS", "many", "NAIAD_GCS_MAX_CONNECTIONS=many: expected a whole "
+                                          "number"),
     ("CLOUD_STORAGE_EMULATOR_ENDPOINT", "ftp://127.0.0.1:21",
      "CLOUD_STORAGE_EMULATOR_ENDPOINT='ftp://127.0.0.1:21' is not an endpoint"),
     ("NAIAD_GCS_ENDPOINT", "http://127.0.0.1:99999", "NAIAD_GCS_ENDPOINT="),
