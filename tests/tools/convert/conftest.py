@@ -71,7 +71,9 @@ def mlp_run(convert_root: Path) -> Path:
 def cnn_run(convert_root: Path) -> Path:
     """The CNN (a factory entry point, two outputs) to every format; the repository is
     the torch.export one (--format), served by the PyTorch backend."""
+    from naiad_convert.cli import main
+
     out = convert_root / "cnn"
-    run_ok(entry("make_cnn"), "--input", "image:FP32:batch,3,8,8", "-o", str(out),
-           "--model-name", "cnn", "--format", "torch-export", *QUICK)
+    assert main([entry("make_cnn"), "--input", "image:FP32:batch,3,8,8", "-o", str(out),
+                 "--model-name", "cnn", "--format", "torch-export", *QUICK]) == 0
     return out

@@ -13,8 +13,9 @@ import pytest
 import torch
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
-from conftest import QUICK, report, run_ok, statuses
+from conftest import QUICK, report, statuses
 from google.protobuf import text_format
+from naiad_convert.cli import main
 from tiny_models import MLP, make_cnn
 from tritonclient.grpc import model_config_pb2
 
@@ -35,8 +36,8 @@ def onnx_source_run(mlp_run: Path, convert_root: Path) -> Path:
     samples = convert_root / "mlp-samples.npz"
     np.savez(samples, x=np.random.default_rng(1).normal(size=(3, 16)).astype(np.float32))
     out = convert_root / "from-onnx"
-    run_ok(str(mlp_run / "formats" / "onnx" / "model.onnx"), "--samples", str(samples),
-           "--formats", "onnx", "-o", str(out), "--model-name", "mlp_onnx", *QUICK)
+    assert main([str(mlp_run / "formats" / "onnx" / "model.onnx"), "--samples", str(samples),
+                 "--formats", "onnx", "-o", str(out), "--model-name", "mlp_onnx", *QUICK]) == 0
     return out
 
 

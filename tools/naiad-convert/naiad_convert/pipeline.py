@@ -208,7 +208,10 @@ class Pipeline:
         if result.status != PASSED or result.timed:
             return
         self.say(f"[{fmt.name}] timing in process")
-        runner = fmt.load(self.settings.output / result.file, source, self.settings.export)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # the same load's warnings are in the result
+            runner = fmt.load(self.settings.output / result.file, source,
+                              self.settings.export)
         result.timings = time_runner(runner, samples.at_batch, self.settings.timing,
                                      lambda line: self.say(f"[{fmt.name}] {line}"))
         result.timed = True
@@ -301,9 +304,11 @@ class Pipeline:
 
 def _distinct(caught: Sequence[warnings.WarningMessage], limit: int = MAX_WARNINGS
               ) -> list[str]:
-    """The first lines of the distinct warnings, at most ``limit``."""
+    """The first lines of the distinct warnings, at most ``limit``; deprecation notices
+    last (a TracerWarning that says the trace may be wrong matters more)."""
     seen: list[str] = []
-    for item in caught:
+    ordered = sorted(caught, key=lambda w: issubclass(w.category, DeprecationWarning))
+    for item in ordered:
         line = f"{item.category.__name__}: {str(item.message).strip().splitlines()[0][:200]}" \
             if str(item.message).strip() else item.category.__name__
         if line not in seen:
