@@ -24,6 +24,8 @@ class Status(enum.Enum):
     CANCELLED = "CANCELLED"
     DEADLINE_EXCEEDED = "DEADLINE_EXCEEDED"
     INTERNAL = "INTERNAL"
+    # a Python model's TritonError.UNKNOWN: Triton answers it 500 / gRPC UNKNOWN
+    UNKNOWN = "UNKNOWN"
 
 
 class InferenceServerError(Exception):
@@ -66,6 +68,7 @@ _HTTP = {
     Status.CANCELLED: 499,
     Status.DEADLINE_EXCEEDED: 504,
     Status.INTERNAL: 500,
+    Status.UNKNOWN: 500,
 }
 
 _GRPC = {
@@ -78,6 +81,7 @@ _GRPC = {
     Status.CANCELLED: grpc.StatusCode.CANCELLED,
     Status.DEADLINE_EXCEEDED: grpc.StatusCode.DEADLINE_EXCEEDED,
     Status.INTERNAL: grpc.StatusCode.INTERNAL,
+    Status.UNKNOWN: grpc.StatusCode.UNKNOWN,
 }
 
 

@@ -110,6 +110,8 @@ class Phase:
     # test.sh's MODELDIR is ${TRITON_DIR}/qa/L0_backend_python (models such as init_args
     # check the repository path they are given against it)
     repository: str = "qa/L0_backend_python/models"
+    # test.sh's SERVER_LOG, in the folder the client runs in (lifecycle_test.py reads it)
+    server_log: str = "server.log"
 
 
 # --- building repositories the way test.sh does -------------------------------------------------
@@ -171,7 +173,9 @@ def pytest_step(test_file: Path, *selectors: str, label: str | None = None,
     def step(run: Run) -> None:
         for case, reason in (not_run or {}).items():
             run.cases.append(Case(f"{case} (not run)", "skipped", reason))
-        deselect = [f"--deselect={test_file}::{case}" for case in (not_run or {})]
+        # by name (-k): outside the rootdir, pytest's node ids have no file part
+        names = [case.rsplit("::", 1)[-1] for case in (not_run or {})]
+        deselect = ["-k", " and ".join(f"not {n}" for n in names)] if names else []
         for i in range(repeat):
             targets = [f"{test_file}{s}" for s in selectors] or [str(test_file)]
             tag = label or test_file.stem
@@ -335,7 +339,7 @@ def run_phase(server: str, phase: Phase, workdir: Path) -> list[Case]:
     shutil.rmtree(repository, ignore_errors=True)
     repository.mkdir(parents=True)
     phase.build(repository)
-    log_path = phase_dir / "server.log"
+    log_path = phase_dir / phase.server_log
     before = shm_pages()
     env = {**os.environ, **phase.env}
     with open(log_path, "wb") as log:

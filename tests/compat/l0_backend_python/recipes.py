@@ -195,7 +195,7 @@ def _lifecycle_models(repo: Path) -> None:
 def lifecycle() -> list[Phase]:
     test = L0 / "lifecycle" / "lifecycle_test.py"
     return [
-        Phase("lifecycle", _lifecycle_models, VERBOSE,
+        Phase("lifecycle", _lifecycle_models, VERBOSE, server_log="lifecycle_server.log",
               steps=[pytest_step(test, repeat=5)]),
         Phase("init_error", lambda r: copy_model(r, "init_error"), VERBOSE, expect_start=False,
               after=[log_contains("name 'lorem_ipsum' is not defined")]),

@@ -217,7 +217,7 @@ def test_error_response_keeps_the_message_and_default_internal_code(load):
     ("ALREADY_EXISTS", Status.ALREADY_EXISTS),
     ("CANCELLED", Status.CANCELLED),
     ("INTERNAL", Status.INTERNAL),
-    ("UNKNOWN", Status.INTERNAL),
+    ("UNKNOWN", Status.UNKNOWN),  # Triton: gRPC UNKNOWN (L0_backend_python lifecycle)
 ])
 def test_error_codes_map_to_statuses(load, code, status):
     instance = load(f"coded_{code.lower()}", f"""

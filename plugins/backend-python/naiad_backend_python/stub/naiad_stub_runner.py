@@ -29,10 +29,11 @@ else:  # a worker process
     import naiad_stub_loader as loader
     import triton_python_backend_utils as pb_utils
 
-# pb_utils.TritonError codes -> naiad status names (UNKNOWN is a server-side failure). A
-# TritonError made without a code is INTERNAL: tritonserver 2.51 answers it with HTTP 500.
+# pb_utils.TritonError codes -> naiad status names (as Triton maps them: UNKNOWN is gRPC
+# UNKNOWN, HTTP 500). A TritonError made without a code is INTERNAL: tritonserver 2.51
+# answers it with HTTP 500.
 ERROR_STATUS = {
-    pb_utils.TritonError.UNKNOWN: "INTERNAL",
+    pb_utils.TritonError.UNKNOWN: "UNKNOWN",
     pb_utils.TritonError.INTERNAL: "INTERNAL",
     pb_utils.TritonError.NOT_FOUND: "NOT_FOUND",
     pb_utils.TritonError.INVALID_ARG: "INVALID_ARG",
