@@ -82,8 +82,13 @@ def throughput_chart(formats: list[dict[str, Any]], winner: str | None) -> str:
                 f'x="{MARGIN_LEFT}" y="{y}" width="{width:.1f}" height="{BAR_HEIGHT}" '
                 f'fill="{_colour(passed_index)}"><title>{name}: {value:.1f} infer/s'
                 f'</title></rect>')
-            parts.append(f'<text x="{MARGIN_LEFT + width + 6:.1f}" y="{y + BAR_HEIGHT * 0.7}">'
-                         f'{value:.1f} infer/s{crown}</text>')
+            label = f"{value:.1f} infer/s{crown}"
+            if width > plot_w * 0.6:  # a long bar carries its label inside
+                parts.append(f'<text x="{MARGIN_LEFT + width - 6:.1f}" y="{y + BAR_HEIGHT * 0.7}" '
+                             f'text-anchor="end" fill="#fff">{label}</text>')
+            else:
+                parts.append(f'<text x="{MARGIN_LEFT + width + 6:.1f}" '
+                             f'y="{y + BAR_HEIGHT * 0.7}">{label}</text>')
             passed_index += 1
         else:
             colour = SKIPPED_COLOUR if fmt["status"] == "skipped" else FAILED_COLOUR
