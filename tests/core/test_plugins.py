@@ -93,6 +93,6 @@ def test_core_imports_no_framework():
     modules = set(json.loads(subprocess.run([sys.executable, "-c", code], check=True,
                                             capture_output=True, text=True).stdout))
     for framework in ("torch", "onnxruntime", "tensorrt", "boto3", "google.cloud",
-                      "treelite", "xgboost", "lightgbm", "sklearn",
+                      "treelite", "xgboost", "lightgbm", "sklearn", "openvino",
                       "naiad_backend_python", "triton_python_backend_utils"):
         assert framework not in modules
