@@ -29,6 +29,9 @@ from naiad_convert.tensors import to_numpy, to_torch
 
 PYTORCH, TORCHSCRIPT, EXPORT, ONNX = "pytorch", "torchscript", "torch.export", "onnx"
 OUTPUT_PREFIX = "OUTPUT__"  # Triton's PyTorch naming for the i-th result
+# Other frameworks' model files (a SavedModel is a folder): refused by name, not by a
+# loader's confusing error.
+NOT_SUPPORTED_SUFFIXES = (".pb", ".h5", ".keras", ".tflite", ".savedmodel", ".xml", ".plan")
 
 
 @dataclass
@@ -132,6 +135,10 @@ def _is_export_archive(path: Path) -> bool:
 def load_source(text: str) -> Source:
     """Load ``text`` (see the module's docstring); ConvertError when it cannot be."""
     path = Path(text)
+    if path.is_dir() or path.suffix in NOT_SUPPORTED_SUFFIXES:
+        raise usage_error(f"{text}: naiad convert takes an nn.Module entry point (module:attr), "
+                          "a TorchScript or torch.export file, or an ONNX file; TensorFlow, "
+                          "Keras and other frameworks' models are not supported")
     if path.suffix == ".onnx":
         if not path.is_file():
             raise usage_error(f"{text}: no such file")
