@@ -1,7 +1,7 @@
 """What framework backends share: a public module of helpers for plugin authors.
 
 A backend plugin imports from the public modules only (:mod:`naiad`, :mod:`naiad.hookspecs`,
-:mod:`naiad.types`, :mod:`naiad.errors`, :mod:`naiad.custom_metrics` and this one); the rest
+:mod:`naiad.types`, :mod:`naiad.errors`, :mod:`naiad.metrics.custom_metrics` and this one); the rest
 of ``naiad`` may change between releases. Everything here is documented in
 ``docs/plugin-author-guide.md``. Each helper has one implementation: the ones the core uses
 itself are re-exported from the core module that holds them, so a backend and the core never

@@ -15,7 +15,7 @@ from naiad.frontends.forwarding import compile_pattern
 from naiad.frontends.grpc.options import COMPRESSION_LEVELS, GRPCOptions
 from naiad.frontends.http.limits import HTTPLimits
 from naiad.frontends.restrictions import parse_restrictions
-from naiad.metrics_config import MetricsConfig, parse_metrics_config
+from naiad.metrics.config import MetricsConfig, parse_metrics_config
 from naiad.models.limits import DEFAULT_MAX_CONFIG_TENSOR_BYTES, DEFAULT_MAX_PRIORITY_LEVELS
 from naiad.models.paths import name_problem, repository_problems
 from naiad.models.progress import DEFAULT_PROGRESS_S

@@ -20,7 +20,7 @@ objects they return and never goes through pluggy. Hooks only ever gain argument
 implementation may accept fewer than the specification offers.
 
 A plugin imports only naiad's public modules: :mod:`naiad` (``hookimpl``), this one,
-:mod:`naiad.types`, :mod:`naiad.errors`, :mod:`naiad.custom_metrics` and
+:mod:`naiad.types`, :mod:`naiad.errors`, :mod:`naiad.metrics.custom_metrics` and
 :mod:`naiad.backend_utils`. ``docs/plugin-author-guide.md`` documents each hook with this
 module's signatures, and ``tests/core/test_plugin_contract.py`` keeps the two equal.
 """

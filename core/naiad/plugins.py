@@ -42,7 +42,7 @@ ENTRY_POINT_GROUPS = {
 PUBLIC_MODULES = (
     "naiad",
     "naiad.backend_utils",
-    "naiad.custom_metrics",
+    "naiad.metrics.custom_metrics",
     "naiad.errors",
     "naiad.hookspecs",
     "naiad.settings",

@@ -29,8 +29,8 @@ from concurrent.futures import Future, ThreadPoolExecutor
 
 from naiad.errors import InferenceServerError, Status
 from naiad.futures import LightFuture
+from naiad.metrics.stats import ModelStats
 from naiad.scheduling.base import Scheduler
-from naiad.stats import ModelStats
 from naiad.types import InferenceRequest, InferenceResponse, ResponseCache
 from naiad.wire_tensors import from_raw, to_raw
 

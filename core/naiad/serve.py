@@ -26,9 +26,9 @@ from naiad.frontends.http.limits import (
     guarded_protocol,
     hypercorn_settings,
 )
-from naiad.frontends.metrics import metrics_app
 from naiad.frontends.restrictions import Restriction
-from naiad.models.lifecycle import EXIT_USAGE, ShutdownWatchdog, exit_status, start_models
+from naiad.lifetime import EXIT_USAGE, ShutdownWatchdog, exit_status, start_models
+from naiad.metrics.endpoint import metrics_app
 from naiad.server import InferenceServer, ServerOptions
 
 log = logging.getLogger("naiad")

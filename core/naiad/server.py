@@ -22,7 +22,8 @@ from tritonclient.grpc.model_config_pb2 import DataType
 from naiad import __version__
 from naiad.datatypes import config_to_datatype
 from naiad.errors import InferenceServerError, Status, invalid_arg, unavailable
-from naiad.histogram import Histogram
+from naiad.metrics.histogram import Histogram
+from naiad.model_client import ServerModels
 from naiad.models.limits import ConfigLimits
 from naiad.models.manager import ModelManager
 from naiad.models.poller import RepositoryPoller
@@ -34,7 +35,6 @@ from naiad.repository.mirror import local_folders
 from naiad.repository.scan import scheme_of
 from naiad.response_cache import ServerCache
 from naiad.scheduling.rate_limiter import RateLimiter
-from naiad.server_models import ServerModels
 from naiad.server_options import ServerOptions
 from naiad.shm import SharedMemoryRegistry
 from naiad.tracing import TraceManager

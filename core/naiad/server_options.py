@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from naiad.metrics_config import MetricsConfig
+from naiad.metrics.config import MetricsConfig
 from naiad.models.limits import DEFAULT_MAX_CONFIG_TENSOR_BYTES, DEFAULT_MAX_PRIORITY_LEVELS
 from naiad.models.progress import DEFAULT_PROGRESS_S
 from naiad.models.staging import DEFAULT_MAX_BYTES
@@ -26,7 +26,7 @@ class ServerOptions:
     exit_on_error: bool = True
     exit_timeout_secs: int = 30
     # naiad only: past --exit-timeout-secs, how long ending the requests left, unloading and
-    # closing the listeners may take before the process exits anyway (naiad.models.lifecycle).
+    # closing the listeners may take before the process exits anyway (naiad.lifetime).
     exit_grace_secs: float = 10.0
     # naiad only: the most instances one model version may have (processes or threads).
     max_instances_per_model: int = 64
@@ -74,7 +74,7 @@ class ServerOptions:
     # --model-control-mode=poll: seconds between two scans of the repositories.
     repository_poll_secs: int = 15
     # --metrics-config: which latency metrics are recorded (counters, summaries, naiad's
-    # histograms, the first-response histogram) and how (naiad.metrics_config).
+    # histograms, the first-response histogram) and how (naiad.metrics.config).
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
     # --cache-config NAME,KEY=VALUE: the response cache's plugin name and its settings
     # ("" for none; models enable it with response_cache { enable: true }).

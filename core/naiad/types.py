@@ -24,8 +24,8 @@ if TYPE_CHECKING:
 
     from tritonclient.grpc.model_config_pb2 import ModelConfig
 
-    from naiad.custom_metrics import ModelMetrics
     from naiad.errors import InferenceServerError
+    from naiad.metrics.custom_metrics import ModelMetrics
 
 
 @dataclass(slots=True)
@@ -250,7 +250,7 @@ class ModelContext:
     loop: asyncio.AbstractEventLoop | None = None
     #: The server's models, for a model that calls others (BLS). None outside a server.
     server: InferenceClient | None = None
-    #: This version's custom metrics (:class:`naiad.custom_metrics.ModelMetrics`): the
+    #: This version's custom metrics (:class:`naiad.metrics.custom_metrics.ModelMetrics`): the
     #: families a model defines, shown on the metrics port and deleted when the version
     #: unloads. None outside a server.
     metrics: ModelMetrics | None = None

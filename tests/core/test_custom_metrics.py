@@ -1,4 +1,4 @@
-"""The custom metrics registry (naiad.custom_metrics), the histogram type and the text they
+"""The custom metrics registry (naiad.metrics.custom_metrics), the histogram type and the text they
 render as: families shared by name, metrics by labels, Triton's errors, lines as Triton's
 prometheus-cpp prints them (observed with tritonserver 2.51, tests/compat/TRITON_OBSERVED.md)."""
 
@@ -9,10 +9,10 @@ import threading
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from naiad.custom_metrics import CustomMetrics, MetricError, MetricKind
-from naiad.frontends import prometheus_text
-from naiad.frontends.metrics import _custom
-from naiad.histogram import Histogram
+from naiad.metrics import prometheus_text
+from naiad.metrics.custom_metrics import CustomMetrics, MetricError, MetricKind
+from naiad.metrics.endpoint import _custom
+from naiad.metrics.histogram import Histogram
 
 
 def rendered(registry: CustomMetrics) -> list[str]:

@@ -10,7 +10,7 @@ import urllib.request
 import pytest
 from zoo import ADD_SUB_CONFIG, ADD_SUB_PY, write_model
 
-from naiad.frontends.gpu_metrics import GPU_FAMILIES, GPUMetrics
+from naiad.metrics.gpu_lines import GPU_FAMILIES, GPUMetrics
 from naiad.testing import naiad_server
 
 

@@ -3,7 +3,7 @@
 Every PromQL expression of the dashboard (panels and variables) is reduced to the metric
 names it reads, and each name is looked up in a live exposition of a real naiad server
 process serving a cached model and a dynamically batched one with a response cache
-configured. GPU names are checked against what naiad.frontends.gpu_metrics renders (this
+configured. GPU names are checked against what naiad.metrics.gpu_lines renders (this
 machine has no GPU).
 """
 
@@ -20,7 +20,7 @@ import pytest
 import tritonclient.http as httpclient
 from zoo import ADD_SUB_CONFIG, ADD_SUB_PY, IDENTITY_PY, identity_config, write_model
 
-from naiad.frontends.gpu_metrics import GPU_FAMILIES
+from naiad.metrics.gpu_lines import GPU_FAMILIES
 from naiad.testing import ServerProcess, naiad_server
 
 DASHBOARD = Path(__file__).parents[2] / "deploy" / "grafana" / "naiad.json"

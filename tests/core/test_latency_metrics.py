@@ -22,7 +22,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from tritonclient.utils import InferenceServerException
 from zoo import ADD_SUB_CONFIG, ADD_SUB_PY, IDENTITY_PY, SLOW_PY, identity_config, write_model
 
-from naiad.metrics_config import DEFAULT_BATCH_SIZE_BUCKETS, DEFAULT_LATENCY_BUCKETS_MS
+from naiad.metrics.config import DEFAULT_BATCH_SIZE_BUCKETS, DEFAULT_LATENCY_BUCKETS_MS
 from naiad.scheduling.batch_policy import CutReason
 from naiad.testing import ServerProcess, naiad_server
 

@@ -13,10 +13,10 @@ import numpy as np
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
 from naiad.errors import InferenceServerError, Status
+from naiad.metrics.stats import ModelStats
 from naiad.scheduling.base import SchedulingContext
 from naiad.scheduling.default import DefaultScheduler
 from naiad.scheduling.worker import InstanceWorker
-from naiad.stats import ModelStats
 from naiad.types import InferenceRequest, InferenceResponse, InstanceInfo, ModelInstance, Tensor
 
 

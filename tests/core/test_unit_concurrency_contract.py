@@ -23,6 +23,7 @@ from zoo import ADD_SUB_CONFIG, ADD_SUB_PY, SLOW_PY, identity_config, write_mode
 from naiad.batching import batch_sizes, merge_inputs, split_outputs
 from naiad.errors import InferenceServerError, Status
 from naiad.futures import LoopWaiter
+from naiad.metrics.stats import ModelStats
 from naiad.scheduling.base import Scheduler, SchedulingContext
 from naiad.scheduling.default import DefaultScheduler
 from naiad.scheduling.dynamic import DynamicBatcher
@@ -30,7 +31,6 @@ from naiad.scheduling.ensemble import EnsembleScheduler
 from naiad.scheduling.sequence import SequenceBatcher
 from naiad.scheduling.worker import InstanceWorker
 from naiad.server import InferenceServer, ServerOptions, answer
-from naiad.stats import ModelStats
 from naiad.types import (
     InferenceRequest,
     InferenceResponse,

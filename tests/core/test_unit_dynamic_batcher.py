@@ -20,12 +20,12 @@ from hypothesis.extra import numpy as hnp
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
 from naiad.batching import batch_sizes, merge_inputs, split_outputs
+from naiad.metrics.stats import ModelStats
 from naiad.scheduling.adaptive import AdaptiveWait, adaptive_enabled
 from naiad.scheduling.base import SchedulingContext
 from naiad.scheduling.batch_policy import Cut, CutReason, cut_batch
 from naiad.scheduling.dynamic import DynamicBatcher
 from naiad.scheduling.worker import InstanceWorker
-from naiad.stats import ModelStats
 from naiad.types import InferenceRequest, InferenceResponse, InstanceInfo, ModelInstance, Tensor
 
 # --- the batch rule -----------------------------------------------------------------------

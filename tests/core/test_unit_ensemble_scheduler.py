@@ -20,13 +20,13 @@ from test_unit_ensemble_plan import ensemble, model, step, steps
 
 from naiad.errors import InferenceServerError, Status, not_found
 from naiad.futures import LoopWaiter
+from naiad.metrics.stats import ModelStats
 from naiad.models.gate import VersionGate
 from naiad.scheduling.base import Scheduler, SchedulingContext
 from naiad.scheduling.default import DefaultScheduler
 from naiad.scheduling.dynamic import DynamicBatcher
 from naiad.scheduling.ensemble import EnsembleScheduler
 from naiad.scheduling.worker import InstanceWorker
-from naiad.stats import ModelStats
 from naiad.types import InferenceRequest, InferenceResponse, InstanceInfo, ModelInstance, Tensor
 
 WAIT_S = 10.0

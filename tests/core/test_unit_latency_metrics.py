@@ -1,8 +1,8 @@
 """Recording latency and batch-size distributions, and reading ``--metrics-config``.
 
-Bucket recording (naiad.histogram.BucketCounts), what a model version records
-(naiad.distributions through naiad.stats), the summary's text, and every key's parsing
-(naiad.metrics_config) through the command line's own check.
+Bucket recording (naiad.metrics.histogram.BucketCounts), what a model version records
+(naiad.metrics.latency_histograms through naiad.metrics.stats), the summary's text, and
+every key's parsing (naiad.metrics.config) through the command line's own check.
 """
 
 from __future__ import annotations
@@ -12,17 +12,17 @@ import math
 import pytest
 
 from naiad.cli import _check, _options, build_parser
-from naiad.distributions import distributions_for
-from naiad.frontends import prometheus_text
-from naiad.histogram import UNSORTED_BOUNDS, BucketCounts
-from naiad.metrics_config import (
+from naiad.metrics import prometheus_text
+from naiad.metrics.config import (
     DEFAULT_LATENCY_BUCKETS_MS,
     DEFAULT_QUANTILES,
     KEYS,
     MetricsConfig,
     parse_metrics_config,
 )
-from naiad.stats import ModelStats
+from naiad.metrics.histogram import UNSORTED_BOUNDS, BucketCounts
+from naiad.metrics.latency_histograms import distributions_for
+from naiad.metrics.stats import ModelStats
 
 MS = 1_000_000  # ns
 

@@ -1,4 +1,4 @@
-"""naiad.quantiles: exact quantiles over a sliding window, with bounded memory."""
+"""naiad.metrics.quantiles: exact quantiles over a sliding window, with bounded memory."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from naiad.quantiles import AGE_BUCKETS, WindowQuantiles
+from naiad.metrics.quantiles import AGE_BUCKETS, WindowQuantiles
 
 S = 1_000_000_000  # ns
 QS = (0.0, 0.25, 0.5, 0.9, 0.99, 1.0)

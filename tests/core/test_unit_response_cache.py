@@ -11,6 +11,7 @@ import pytest
 
 from naiad.errors import InferenceServerError, Status
 from naiad.futures import LightFuture
+from naiad.metrics.stats import ModelStats
 from naiad.response_cache import (
     CachedScheduler,
     decode_response,
@@ -18,7 +19,6 @@ from naiad.response_cache import (
     request_key,
 )
 from naiad.scheduling.base import Scheduler
-from naiad.stats import ModelStats
 from naiad.types import (
     InferenceRequest,
     InferenceResponse,

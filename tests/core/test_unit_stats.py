@@ -1,11 +1,11 @@
-"""Unit tests of naiad.stats: what a request and an execution add, and the JSON form
+"""Unit tests of naiad.metrics.stats: what a request and an execution add, and the JSON form
 (Triton's statistics extension, tests/compat/TRITON_OBSERVED.md fact 11)."""
 
 from __future__ import annotations
 
 import time
 
-from naiad.stats import Duration, ModelStats
+from naiad.metrics.stats import Duration, ModelStats
 
 DURATIONS = ("success", "fail", "queue", "compute_input", "compute_infer", "compute_output",
              "cache_hit", "cache_miss")

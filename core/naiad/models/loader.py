@@ -10,8 +10,8 @@ from pathlib import Path
 
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
-from naiad.custom_metrics import ModelMetrics
 from naiad.errors import InferenceServerError, Status
+from naiad.metrics.custom_metrics import ModelMetrics
 from naiad.models.progress import DEFAULT_PROGRESS_S, progress
 from naiad.models.warmup import warm_up, warmup_samples
 from naiad.scheduling.worker import InstanceWorker

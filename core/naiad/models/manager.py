@@ -18,10 +18,11 @@ from tritonclient.grpc.model_config_pb2 import ModelConfig
 
 from naiad.config.platforms import ENSEMBLE
 from naiad.config.render import config_to_json
-from naiad.custom_metrics import CustomMetrics
-from naiad.distributions import distributions_for
 from naiad.errors import InferenceServerError, Status, invalid_arg, not_found, unavailable
-from naiad.histogram import Histogram
+from naiad.metrics.custom_metrics import CustomMetrics
+from naiad.metrics.histogram import Histogram
+from naiad.metrics.latency_histograms import distributions_for
+from naiad.metrics.stats import ModelStats
 from naiad.models.configure import configure
 from naiad.models.instances import expand_instance_groups
 from naiad.models.loader import load_version, stop_workers
@@ -47,7 +48,6 @@ from naiad.repository.scan import model_config_versions, model_folders
 from naiad.response_cache import ServerCache
 from naiad.scheduling.base import Scheduler, SchedulingContext
 from naiad.scheduling.rate_limiter import RateLimitedWorker
-from naiad.stats import ModelStats
 from naiad.types import InferenceClient
 
 log = logging.getLogger("naiad.models")

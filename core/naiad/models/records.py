@@ -9,9 +9,10 @@ from pathlib import Path
 from tritonclient.grpc.model_config_pb2 import ModelConfig, ModelInstanceGroup
 
 from naiad.config.platforms import ENSEMBLE
-from naiad.custom_metrics import ModelMetrics
-from naiad.histogram import Histogram
-from naiad.metrics_config import MetricsConfig
+from naiad.metrics.config import MetricsConfig
+from naiad.metrics.custom_metrics import ModelMetrics
+from naiad.metrics.histogram import Histogram
+from naiad.metrics.stats import ModelStats
 from naiad.models.gate import VersionGate
 from naiad.models.limits import ConfigLimits
 from naiad.models.progress import DEFAULT_PROGRESS_S
@@ -19,7 +20,6 @@ from naiad.models.signature import ModelSignature
 from naiad.repository.fingerprint import ModelFingerprint
 from naiad.scheduling.base import Scheduler, SchedulingContext
 from naiad.scheduling.rate_limiter import RateLimiter
-from naiad.stats import ModelStats
 
 READY, UNAVAILABLE, LOADING, UNLOADING = "READY", "UNAVAILABLE", "LOADING", "UNLOADING"
 

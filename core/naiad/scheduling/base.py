@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING, Protocol
 
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
+from naiad.metrics.stats import ModelStats
 from naiad.scheduling.worker import InstanceWorker
-from naiad.stats import ModelStats
 from naiad.types import InferenceRequest, InferenceResponse
 
 if TYPE_CHECKING:

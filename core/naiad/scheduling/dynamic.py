@@ -35,12 +35,12 @@ from tritonclient.grpc.model_config_pb2 import ModelConfig
 from naiad.batching import shape_key
 from naiad.errors import InferenceServerError, Status
 from naiad.hookspecs import hookimpl
+from naiad.metrics.stats import REJECTED
 from naiad.scheduling.adaptive import ADAPTIVE_PARAMETER, AdaptiveWait, adaptive_enabled
 from naiad.scheduling.base import Scheduler, SchedulerFactory, SchedulingContext
 from naiad.scheduling.batch_policy import CutReason, cut_batch
 from naiad.scheduling.queues import PriorityQueues, Waiting
 from naiad.scheduling.worker import Execution, InstanceWorker, refused_as_cancelled
-from naiad.stats import REJECTED
 from naiad.types import InferenceRequest, InferenceResponse
 
 log = logging.getLogger("naiad.scheduling.dynamic")

@@ -1,5 +1,5 @@
 """Python models' custom metrics in the server: ``pb_utils.MetricFamily`` over the model
-version's registry view (``ModelContext.metrics``, :mod:`naiad.custom_metrics`).
+version's registry view (``ModelContext.metrics``, :mod:`naiad.metrics.custom_metrics`).
 
 :class:`DirectMetrics` is the metrics backend of ``stub/naiad_stub_metrics.py`` that calls
 the registry directly: in-process models use it (set for their instance's thread), and the
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from naiad.custom_metrics import Metric, MetricError, MetricFamily, MetricKind, ModelMetrics
+from naiad.metrics.custom_metrics import Metric, MetricError, MetricFamily, MetricKind, ModelMetrics
 from naiad_backend_python.stub import naiad_stub_metrics as stub_metrics
 
 _KINDS = {kind.value: kind for kind in MetricKind}
@@ -19,8 +19,8 @@ _KINDS = {kind.value: kind for kind in MetricKind}
 
 class DirectMetrics(stub_metrics.MetricsBackend):
     """Families and metrics of one instance, made in its model version's view. Handles are
-    the registry's :class:`~naiad.custom_metrics.MetricFamily` and
-    :class:`~naiad.custom_metrics.Metric` objects."""
+    the registry's :class:`~naiad.metrics.custom_metrics.MetricFamily` and
+    :class:`~naiad.metrics.custom_metrics.Metric` objects."""
 
     def __init__(self, metrics: ModelMetrics | None, instance_name: str) -> None:
         self.metrics = metrics

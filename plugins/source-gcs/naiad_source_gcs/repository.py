@@ -17,7 +17,7 @@ from google.cloud.storage.retry import DEFAULT_RETRY
 from naiad.errors import InferenceServerError, invalid_arg, not_found
 from naiad.types import Repository, RepositoryFile, RepositorySource
 from naiad_source_gcs.credentials import ChosenCredentials, choose_credentials
-from naiad_source_gcs.failures import failure, is_client_failure
+from naiad_source_gcs.errors import failure, is_client_failure
 from naiad_source_gcs.settings import (
     RETRY_INITIAL_DELAY_S,
     RETRY_MAX_DELAY_S,

@@ -16,7 +16,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 from naiad.errors import invalid_arg
 from naiad.types import Repository, RepositoryFile, RepositorySource
 from naiad_source_s3.credentials import S3Credentials, resolve_credentials
-from naiad_source_s3.failures import one_line, translate
+from naiad_source_s3.errors import one_line, translate
 from naiad_source_s3.settings import S3Settings, read_settings
 from naiad_source_s3.uri import S3Location, parse_s3_uri
 

@@ -8,7 +8,7 @@ import gc
 
 import pytest
 
-from naiad.custom_metrics import CustomMetrics
+from naiad.metrics.custom_metrics import CustomMetrics
 from naiad_backend_python.isolated.metrics import MetricsHandler
 from naiad_backend_python.stub import naiad_stub_metrics as stub_metrics
 from naiad_backend_python.stub import triton_python_backend_utils as pb_utils
@@ -88,6 +88,6 @@ def test_pb_utils_over_the_worker_link(worker_side):
 
 
 def test_stub_and_core_word_kind_errors_alike():
-    from naiad.custom_metrics import NEGATIVE_INCREMENT
+    from naiad.metrics.custom_metrics import NEGATIVE_INCREMENT
     assert stub_metrics.NEGATIVE_INCREMENT == NEGATIVE_INCREMENT
     assert stub_metrics.KIND_NAMES[stub_metrics.MetricKind.HISTOGRAM] == "histogram"

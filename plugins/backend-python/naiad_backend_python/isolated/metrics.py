@@ -14,7 +14,7 @@ import itertools
 import logging
 from typing import Any
 
-from naiad.custom_metrics import ModelMetrics
+from naiad.metrics.custom_metrics import ModelMetrics
 from naiad_backend_python.metrics import DirectMetrics
 from naiad_backend_python.stub.naiad_stub_metrics import MetricsFailure
 

@@ -1,7 +1,7 @@
 """Custom metrics for Python models: ``pb_utils.MetricFamily`` and its ``Metric``, as in
 Triton 2.51 (names, arguments, misuse errors and their messages).
 
-The metrics themselves live in the server's registry (``naiad.custom_metrics``). This
+The metrics themselves live in the server's registry (``naiad.metrics.custom_metrics``). This
 module reaches it through a :class:`MetricsBackend`: inside the server (in-process models)
 one that calls the registry directly, set for the instance's thread with :func:`use`; in a
 worker process one that sends messages over the worker's link to the server

@@ -8,7 +8,7 @@ Triton 2.51's keys, with its defaults and meanings:
   ``nv_cache_{hit,miss}_summary_per_model`` for models with a response cache).
 - ``summary_quantiles`` (``0.5:0.05,0.9:0.01,0.95:0.001,0.99:0.001,0.999:0.001``): the
   quantiles the summaries report, each with the error Triton's estimator may make; naiad's
-  quantiles are exact (naiad.quantiles), so the error is read and checked, and needs no use.
+  quantiles are exact (naiad.metrics.quantiles), so the error is read and checked, and needs no use.
 - ``histogram_latencies`` (false): ``nv_inference_first_response_histogram_ms`` for
   decoupled models.
 
@@ -34,7 +34,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import partial
 
-from naiad.quantiles import AGE_BUCKETS
+from naiad.metrics.quantiles import AGE_BUCKETS
 from naiad.settings import boolean, integer, seconds
 
 #: Triton's default summary quantiles, each with its allowed error.

@@ -18,8 +18,8 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
-from naiad.frontends import prometheus_text
-from naiad.stats import ModelStats
+from naiad.metrics import prometheus_text
+from naiad.metrics.stats import ModelStats
 from naiad.types import CacheUsage, ResponseCache
 
 log = logging.getLogger("naiad.metrics")

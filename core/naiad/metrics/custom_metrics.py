@@ -24,7 +24,7 @@ import threading
 from collections.abc import Mapping, Sequence
 from typing import NamedTuple
 
-from naiad.histogram import Histogram, HistogramSnapshot, check_bounds
+from naiad.metrics.histogram import Histogram, HistogramSnapshot, check_bounds
 
 # What a plugin may use (docs/plugin-author-guide.md): the view ``ModelContext.metrics`` and
 # what it hands out. The registry and its rendering are the server's own.

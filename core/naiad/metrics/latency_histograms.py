@@ -1,8 +1,8 @@
 """Latency and batch-size distributions of one model version: naiad's histograms and
 Triton's summaries.
 
-Counters (naiad.stats) say how much time went where in total; these say how it was spread.
-Two kinds, each switched by ``--metrics-config`` (naiad.metrics_config):
+Counters (naiad.metrics.stats) say how much time went where in total; these say how it was spread.
+Two kinds, each switched by ``--metrics-config`` (naiad.metrics.config):
 
 - naiad's **histograms** (``naiad_histograms``, on by default): request, queue and compute
   (infer) durations of each successful request, and the batch size of each execution.
@@ -11,11 +11,11 @@ Two kinds, each switched by ``--metrics-config`` (naiad.metrics_config):
   under twenty integers and a few integer additions: nothing is allocated.
 - Triton's **summaries** (``summary_latencies``, off by default): the request, queue and
   compute input/infer/output durations in whole microseconds, as Triton observes them,
-  over a sliding window (naiad.quantiles). As in Triton 2.51, a version with a response
+  over a sliding window (naiad.metrics.quantiles). As in Triton 2.51, a version with a response
   cache has no request summary, and has cache hit and miss summaries instead.
 
 Nothing here takes a lock: every method runs under the version's statistics lock, which
-the caller (:class:`naiad.stats.ModelStats`) holds.
+the caller (:class:`naiad.metrics.stats.ModelStats`) holds.
 """
 
 from __future__ import annotations
@@ -24,9 +24,9 @@ import time
 from bisect import bisect_left
 from typing import NamedTuple
 
-from naiad.histogram import BucketCounts, HistogramSnapshot
-from naiad.metrics_config import MetricsConfig
-from naiad.quantiles import QuantileSample, WindowQuantiles
+from naiad.metrics.config import MetricsConfig
+from naiad.metrics.histogram import BucketCounts, HistogramSnapshot
+from naiad.metrics.quantiles import QuantileSample, WindowQuantiles
 
 NS_PER_MS = 1_000_000
 NS_PER_US = 1_000

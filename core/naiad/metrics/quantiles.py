@@ -17,7 +17,7 @@ no more values than its buckets hold, and estimated from that uniform sample oth
 (prometheus-cpp too); only the quantiles are windowed.
 
 Not thread-safe: :meth:`WindowQuantiles.observe` runs under the model version's statistics
-lock (naiad.stats), and a scrape copies the buckets under that lock (:meth:`snapshot`) and
+lock (naiad.metrics.stats), and a scrape copies the buckets under that lock (:meth:`snapshot`) and
 sorts the copy outside it.
 """
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from naiad.distributions import DistributionsSnapshot
-from naiad.frontends import prometheus_text
+from naiad.metrics import prometheus_text
+from naiad.metrics.latency_histograms import DistributionsSnapshot
 from naiad.models.records import ModelVersion
 from naiad.scheduling.batch_policy import CutReason
 

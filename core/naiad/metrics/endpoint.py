@@ -1,8 +1,8 @@
 """The Prometheus endpoint (``GET /metrics`` on the metrics port), in Triton's names.
 
-It renders the same counters the statistics extension reads (naiad.stats), so the two views
+It renders the same counters the statistics extension reads (naiad.metrics.stats), so the two views
 cannot disagree. Label names are sorted, as Triton prints them. The response cache's lines
-are in cache_metrics, the histograms, summaries and batch reasons in latency_metrics;
+are in cache_lines, the histograms, summaries and batch reasons in latency_lines;
 docs/metrics.md lists every family.
 """
 
@@ -13,12 +13,12 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from naiad.custom_metrics import CustomMetrics, MetricKind
-from naiad.frontends import cache_metrics, latency_metrics, prometheus_text
-from naiad.frontends.gpu_metrics import GPUMetrics
+from naiad.metrics import cache_lines, latency_lines, prometheus_text
+from naiad.metrics.custom_metrics import CustomMetrics, MetricKind
+from naiad.metrics.gpu_lines import GPUMetrics
+from naiad.metrics.stats import FAILURE_REASONS, ModelStats
 from naiad.models.records import ModelVersion
 from naiad.server import InferenceServer
-from naiad.stats import FAILURE_REASONS, ModelStats
 
 NS_PER_US = 1000
 FIRST_RESPONSE = "nv_inference_first_response_histogram_ms"
@@ -160,7 +160,7 @@ def render_metrics(server: InferenceServer, cpu: CpuUtilization | None,
         lines.extend(f'{name}{{model="{s.name}",version="{s.version}"}} {value(s)}'
                      for s in stats)
     if config.counter_latencies:
-        cache_metrics.render_per_model(
+        cache_lines.render_per_model(
             lines, [v.stats for v in versions if v.config.response_cache.enable])
     _family(lines, "nv_inference_pending_request_count",
             "Instantaneous number of pending requests awaiting execution per-model.", "gauge")
@@ -173,16 +173,16 @@ def render_metrics(server: InferenceServer, cpu: CpuUtilization | None,
                  f' {_restarts(v)}' for v in versions)
     distributions = [(v, snapshot) for v in versions
                      if (snapshot := v.stats.distributions_snapshot()) is not None]
-    latency_metrics.render_histograms(lines, distributions)
-    latency_metrics.render_batch_cuts(lines, versions)
+    latency_lines.render_histograms(lines, distributions)
+    latency_lines.render_batch_cuts(lines, versions)
     _first_responses(lines, versions)
     _custom(lines, server.models.custom_metrics)
     if gpu is not None:
         gpu.render(lines, _family)
     if cpu is not None:
         _host(lines, cpu)
-    cache_metrics.render_server_wide(lines, server.cache.cache if server.cache else None)
-    latency_metrics.render_summaries(lines, distributions)
+    cache_lines.render_server_wide(lines, server.cache.cache if server.cache else None)
+    latency_lines.render_summaries(lines, distributions)
     return "\n".join(lines) + "\n"
 
 

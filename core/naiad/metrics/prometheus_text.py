@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 
-from naiad.histogram import HistogramSnapshot
+from naiad.metrics.histogram import HistogramSnapshot
 
 Labels = Iterable[tuple[str, str]]
 

@@ -104,7 +104,7 @@ class ServerModels(InferenceClient):
         return self._on_loop(self.server.load_model(name, config or None, files))
 
     def unload(self, name: str, unload_dependents: bool = False) -> Future[None]:
-        return self._on_loop(self.server.unload_model(name))
+        return self._on_loop(self.server.unload_model(name, unload_dependents))
 
     def _on_loop(self, work: Coroutine[Any, Any, None]) -> Future[None]:
         loop = self.server.loop

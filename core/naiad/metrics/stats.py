@@ -12,7 +12,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from naiad.distributions import Distributions, DistributionsSnapshot
+from naiad.metrics.latency_histograms import Distributions, DistributionsSnapshot
 
 #: Triton's failure reasons (``nv_inference_request_failure{reason}``): the model failed
 #: the request, the request was rejected before it ran (a queue policy's timeout), ...

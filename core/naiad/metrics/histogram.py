@@ -1,16 +1,16 @@
 """A Prometheus histogram: counts of observations per upper bound, their sum and count.
 
 The one histogram type of the server: custom metrics of Python models
-(:mod:`naiad.custom_metrics`) and the server's own latency histograms
+(:mod:`naiad.metrics.custom_metrics`) and the server's own latency histograms
 (``nv_inference_first_response_histogram_ms``, ``--metrics-config histogram_latencies=true``)
 record into it, and the metrics endpoint renders its :class:`HistogramSnapshot`. Observing
 is a binary search and one uncontended lock; reading copies the counts under the lock and
 does the rest outside it, so a scrape never holds up the threads that observe.
 
 :class:`BucketCounts` is the same count without a lock of its own, for naiad's per-version
-histograms (naiad.distributions): they are recorded under the version's statistics lock,
-which the caller already holds, in integer units (nanoseconds, rows) and shown in others
-(milliseconds).
+histograms (naiad.metrics.latency_histograms): they are recorded under the version's
+statistics lock, which the caller already holds, in integer units (nanoseconds, rows) and
+shown in others (milliseconds).
 """
 
 from __future__ import annotations
