@@ -26,6 +26,7 @@ import sys
 import sysconfig
 import tempfile
 import threading
+import time
 import types
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -59,6 +60,7 @@ MONITORING_PERIOD_S = 10.0 * SECONDS
 DEFAULT_TRITON_STARTUP_TIMEOUT_S = 120.0 * SECONDS   # as PyTriton
 WAIT_FOR_MODEL_TIMEOUT_S = 60.0 * SECONDS           # as PyTriton
 SERVER_STOP_TIMEOUT_S = 30.0 * SECONDS              # SIGTERM, then SIGKILL after this
+SERVER_POLL_S = 0.5 * SECONDS                       # readiness checks between liveness checks
 DEFAULT_HTTP_PORT, DEFAULT_GRPC_PORT, DEFAULT_METRICS_PORT = 8000, 8001, 8002
 LOCAL_IP = "127.0.0.1"
 TRITON_ACCESS_HEADER = "triton-access-token"
@@ -629,10 +631,24 @@ class Triton(TritonBase):
         return self._process is not None and self._process.poll() is None
 
     def _wait_for_server(self) -> None:
-        if self._process is not None and self._process.poll() is not None:
-            raise RuntimeError(f"naiad serve exited with {self._process.returncode} "
-                               "(its log is above)")
-        super()._wait_for_server()
+        """Until the server is ready; RuntimeError as soon as its process has ended."""
+        deadline = time.monotonic() + DEFAULT_TRITON_STARTUP_TIMEOUT_S
+        client = self._general_client()
+        try:
+            while True:
+                if self._process is None or self._process.poll() is not None:
+                    code = None if self._process is None else self._process.returncode
+                    raise RuntimeError(f"naiad serve exited with {code} before it was ready "
+                                       "(its log is above)")
+                try:
+                    wait_for_server_ready(client, SERVER_POLL_S, self._headers)
+                    return
+                except PyTritonClientTimeoutError:
+                    if time.monotonic() >= deadline:
+                        raise TimeoutError("Triton Inference Server is not ready after "
+                                           "timeout.") from None
+        finally:
+            client.close()
 
     def _pre_stop_impl(self) -> None:
         process, self._process = self._process, None
