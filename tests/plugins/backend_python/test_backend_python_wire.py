@@ -187,3 +187,64 @@ def test_a_standalone_message_takes_a_region_of_its_own_from_the_inline_limit(tm
     assert (fds, size) == ([], 0) and [d[3] for d in descriptors] == ["p", "p"]
     _, _, fds, size = wire.pack_tensors(tensors, str(tmp_path / "missing"), 1)
     assert (fds, size) == ([], 0)
+
+
+# --- headers ----------------------------------------------------------------------------
+
+PLAIN_EXECUTE = {"op": "execute", "id": 7, "out": None, "requests": [
+    {"id": "", "parameters": None, "outputs": None,
+     "inputs": [["INPUT0", "FP32", [1, 16], "p", 0, 64], ["T", "BYTES", [2], "s", 128, 12]]},
+    {"id": "req-é", "parameters": None, "outputs": ["OUTPUT1"],
+     "inputs": [["INPUT0", "BF16", [], "s", 192, 2]]},
+]}
+PLAIN_RESULT = {"op": "result", "id": 7, "responses": [
+    {"outputs": [["OUTPUT0", "FP32", [1, 16], "s", 64, 64]], "parameters": None, "error": None},
+    {"outputs": [], "parameters": None, "error": None},
+]}
+
+
+@pytest.mark.parametrize("header", [PLAIN_EXECUTE, PLAIN_RESULT, dict(PLAIN_EXECUTE, out=4096)],
+                         ids=["execute", "result", "execute-in-region"])
+def test_plain_execute_and_result_headers_are_binary_and_read_back_the_same(header):
+    data = wire.encode_header(header)
+    assert data[:1] != b"{"
+    assert wire.decode_header(bytearray(data)) == header
+
+
+@pytest.mark.parametrize("header", [
+    {"op": "execute", "id": 1, "out": None, "requests": [
+        {"id": "", "parameters": {"x": 1.5}, "outputs": None, "inputs": []}]},
+    {"op": "execute", "id": 1, "out": None, "trace": 3, "requests": []},
+    {"op": "execute", "id": 1, "out": None, "requests": [
+        {"id": "", "parameters": None, "outputs": None, "inputs": [], "trace": 9}]},
+    {"op": "execute", "id": 1, "out": 0, "region_size": 4096, "fds": 1, "requests": []},
+    {"op": "execute", "id": 1, "out": None, "requests": [
+        {"id": "x" * 70000, "parameters": None, "outputs": None, "inputs": []}]},
+    {"op": "result", "id": 1, "responses": [
+        {"outputs": [], "parameters": {"p": True}, "error": None}]},
+    {"op": "result", "id": 1, "responses": [
+        {"outputs": [], "parameters": None, "error": ["INVALID_ARG", "no"]}]},
+    {"op": "result", "id": 1, "failure": ["INTERNAL", "broken"]},
+    {"op": "result", "id": 1, "retire_region": True, "responses": []},
+    {"op": "log", "level": 20, "message": "hello"},
+], ids=["parameters", "trace", "request-trace", "region", "long-id", "response-parameters",
+        "error", "failure", "retire-region", "log"])
+def test_every_other_header_travels_as_json_unchanged(header):
+    data = wire.encode_header(header)
+    assert data[:1] == b"{"
+    assert wire.decode_header(data) == header
+
+
+def test_a_broken_binary_header_is_a_value_error():
+    data = wire.encode_header(PLAIN_EXECUTE)
+    with pytest.raises(ValueError, match="broken message header"):
+        wire.decode_header(data[:-3])
+
+
+def test_a_binary_header_crosses_the_socket_with_its_payload(pair):
+    left, right = pair
+    payload = np.arange(16, dtype=np.float32)
+    left.send(PLAIN_RESULT, [memoryview(payload.view(np.uint8))])
+    header, received, fds = right.receive()
+    assert header == PLAIN_RESULT and not fds
+    np.testing.assert_array_equal(np.frombuffer(received, np.float32), payload)

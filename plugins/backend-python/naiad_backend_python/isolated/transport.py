@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import json
 import logging
 import os
 import socket
@@ -151,7 +150,7 @@ class LoopTransport:
             end = position + prefix + head_size + payload_size
             if len(data) < end:
                 break
-            header = json.loads(data[position + prefix:position + prefix + head_size])
+            header = wire.decode_header(data[position + prefix:position + prefix + head_size])
             payload = data[end - payload_size:end] if payload_size else bytearray()
             position = end
             count = header.get("fds", 0)
