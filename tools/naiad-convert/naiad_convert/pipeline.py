@@ -132,6 +132,8 @@ class Pipeline:
             self.say(f"[{fmt.name}] {result.status}: {result.reason} (kept from the previous "
                      "run)")
             return result
+        # a fresh result: a format whose file went missing is made again from scratch
+        result = self.progress.results[fmt.name] = FormatResult(fmt.name)
         reason = fmt.unavailable(source, self.settings.export)
         if reason:
             return self._finish(result, SKIPPED, reason)
@@ -199,9 +201,10 @@ class Pipeline:
                 continue
             kept.append(arg)
         command = ["naiad", "convert", *kept, "--formats", name, "--format", name,
-                   "--output-dir", str(folder / "reproduce")]
-        (folder / "reproduce.sh").write_text("#!/bin/sh\n# makes this format alone again\n"
-                                             + shlex.join(command) + "\n")
+                   "--output-dir", str((folder / "reproduce").resolve())]
+        (folder / "reproduce.sh").write_text(
+            "#!/bin/sh\n# makes this format alone again, from where the run was started\n"
+            f"cd {shlex.quote(str(Path.cwd()))} || exit 1\n{shlex.join(command)}\n")
 
     def time_format(self, fmt: Format, source: Source, samples: Samples) -> None:
         result = self.progress.result(fmt.name)

@@ -45,6 +45,7 @@ class Source:
     argument_names: list[str]        # forward()'s arguments, or the ONNX graph's inputs
     output_names: list[str] = field(default_factory=list)  # filled by ``outputs_of``
     returns_dict: bool = False
+    _module: Any = field(default=None, repr=False)  # what run() calls, made once
 
     def run(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """The reference outputs, by name."""
@@ -54,7 +55,9 @@ class Source:
             return run_onnx_session(session(self.model), inputs)
         import torch
 
-        module = self.model.module() if self.kind == EXPORT else self.model
+        if self._module is None:
+            self._module = self.model.module() if self.kind == EXPORT else self.model
+        module = self._module
         with torch.inference_mode():
             result = module(*(to_torch(a) for a in inputs.values()))
         return self.name_outputs(result)

@@ -96,6 +96,7 @@ class OnnxFormat(Format):
             kwargs["dynamo"] = True
             kwargs["dynamic_shapes"] = dynamic_shapes(samples, settings)
             kwargs["external_data"] = False
+            kwargs["verbose"] = False  # its step-by-step lines would bury naiad convert's
         else:
             kwargs["dynamo"] = False
             if settings.max_batch_size > 0:
