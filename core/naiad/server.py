@@ -62,11 +62,11 @@ CONTROL_REFUSED = "explicit model load / unload is not allowed if polling is ena
 
 # The protocol extensions naiad implements (reported by GET /v2 and ServerMetadata), in
 # tritonserver 2.51's order. Not listed, because naiad does not implement them:
-# classification, model_repository(unload_dependents), cuda_shared_memory
-# (docs/compatibility.md).
+# classification, cuda_shared_memory (docs/compatibility.md).
 EXTENSIONS = [
     "sequence",
     "model_repository",
+    "model_repository(unload_dependents)",
     "schedule_policy",
     "model_configuration",
     "system_shared_memory",
@@ -563,10 +563,10 @@ class InferenceServer:
         await self.models.retirements.wait()
         await self._remove_unused_staging()
 
-    async def unload_model(self, name: str) -> None:
+    async def unload_model(self, name: str, unload_dependents: bool = False) -> None:
         self._check_control()
         try:
-            await self.models.unload(name)
+            await self.models.unload(name, unload_dependents)
         finally:
             await self._remove_unused_staging()
             self.settle_heap()

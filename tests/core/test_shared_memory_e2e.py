@@ -32,10 +32,10 @@ A = np.array([1, 2, 3, 4], dtype=np.float32)
 B = np.array([10, 20, 30, 40], dtype=np.float32)
 
 # tritonserver 2.51's list, in its order, less what naiad does not implement
-# (classification, model_repository(unload_dependents), cuda_shared_memory).
-EXTENSIONS = ["sequence", "model_repository", "schedule_policy", "model_configuration",
-              "system_shared_memory", "binary_tensor_data", "parameters", "statistics",
-              "trace", "logging"]
+# (classification, cuda_shared_memory).
+EXTENSIONS = ["sequence", "model_repository", "model_repository(unload_dependents)",
+              "schedule_policy", "model_configuration", "system_shared_memory",
+              "binary_tensor_data", "parameters", "statistics", "trace", "logging"]
 
 
 @pytest.fixture(scope="module")

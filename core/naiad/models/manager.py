@@ -429,12 +429,39 @@ class ModelManager:
                     record.states[version] = (UNAVAILABLE, "unloaded")
         self.models[name] = record
 
-    async def unload(self, name: str) -> None:
+    async def unload(self, name: str, unload_dependents: bool = False) -> None:
         """Unload ``name`` and, as Triton does, every loaded ensemble that calls it (directly
-        or through other ensembles). Those ensembles load again when ``name`` does."""
+        or through other ensembles). Those ensembles load again when ``name`` does.
+
+        ``unload_dependents`` (the repository API's parameter): ``name`` is an ensemble whose
+        composing models, and theirs, go too (Triton's "dependents" are the models an
+        ensemble depends on)."""
+        composing = self._composing_models(name) if unload_dependents else []
         for dependents in self._unloaded_with.values():
             dependents.discard(name)  # unloaded on purpose: no composing model brings it back
         await self._unload_with_dependents(name, set())
+        for model in composing:
+            log.info("unloading model '%s': ensemble '%s' was unloaded with its dependents",
+                     model, name)
+            for dependents in self._unloaded_with.values():
+                dependents.discard(model)
+            await self._unload_with_dependents(model, set())
+
+    def _composing_models(self, name: str) -> list[str]:
+        """The models the loaded ensemble ``name`` calls, directly or through its composing
+        ensembles, in the order they are found."""
+        found: list[str] = []
+        pending = [name]
+        while pending:
+            record = self.models.get(pending.pop(0))
+            if record is None or record.latest is None \
+                    or record.latest.config.platform != ENSEMBLE:
+                continue
+            for step in record.latest.config.ensemble_scheduling.step:
+                if step.model_name not in found and step.model_name != name:
+                    found.append(step.model_name)
+                    pending.append(step.model_name)
+        return found
 
     async def _unload_with_dependents(self, name: str, seen: set[str]) -> None:
         # The ensembles go first, so that none is left calling a model that is gone.

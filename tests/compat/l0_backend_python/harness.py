@@ -60,7 +60,7 @@ SHM_SIZE = "1g"
 HTTP_PORT, GRPC_PORT, METRICS_PORT = 8000, 8001, 8002
 START_TIMEOUT = 120 * SECONDS
 STOP_TIMEOUT = 30 * SECONDS
-CLIENT_TIMEOUT = 600 * SECONDS
+CLIENT_TIMEOUT = 300 * SECONDS
 
 
 # --- what a recipe is made of -----------------------------------------------------------------

@@ -34,8 +34,20 @@ LONG = ("python_test", "lifecycle", "restart", "decoupled", "ensemble", "io", "r
         "argument_validation", "logging", "custom_metrics", "async_execute",
         "request_rescheduling")
 
-#: (subtest, row name prefix) -> why it fails on naiad (kept short; docs/compatibility.md)
-KNOWN: dict[tuple[str, str], str] = {}
+#: (subtest, part of a row's name) -> why it fails on naiad (docs/compatibility.md, "Triton's
+#: L0_backend_python"); each needs a change outside this harness's reach, named here
+KNOWN: dict[tuple[str, str], str] = {
+    ("python_test", "init_exit: log contains"): (
+        "Triton's log text: naiad logs that the worker process 'was killed by SIGKILL while "
+        "starting', not \"Stub process '<instance>' is not healthy.\" (the message is made in "
+        "naiad_backend_python/isolated/instance.py)"),
+    ("lifecycle", "test_triton_grpc_error_error_on"): (
+        "the triton_grpc_error: true header of a gRPC stream (end the stream with the error's "
+        "status) is not implemented in naiad's gRPC frontend"),
+    ("restart", "server starts"): (
+        "restart's model imports c_python_backend_utils (Triton's C++ stub module) for "
+        "shared_memory.free_memory(); naiad's worker has no such module"),
+}
 
 
 def _prerequisites() -> str | None:
@@ -78,8 +90,8 @@ def check(subtest: str, rows: list[dict[str, object]]) -> None:
     failed = [r for r in rows if r["outcome"] == "failed"]
     known = {}
     for r in failed:
-        for (sub, prefix), why in KNOWN.items():
-            if sub == subtest and str(r["name"]).startswith(prefix):
+        for (sub, part), why in KNOWN.items():
+            if sub == subtest and part in str(r["name"]):
                 known[r["name"]] = why
     unexplained = [r for r in failed if r["name"] not in known]
     assert not unexplained, "\n\n".join(

@@ -259,7 +259,9 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
     @_on_loop
     async def RepositoryModelUnload(self, request: Any,
                                     context: grpc.ServicerContext) -> Any:
-        await self.server.unload_model(request.model_name)
+        dependents = request.parameters.get("unload_dependents")
+        await self.server.unload_model(request.model_name,
+                                       dependents is not None and dependents.bool_param)
         return pb.RepositoryModelUnloadResponse()
 
     # --- shared memory ------------------------------------------------------------------

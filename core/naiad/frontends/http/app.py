@@ -414,8 +414,13 @@ class HTTPFrontend:
 
     async def unload(self, request: Request) -> Response:
         try:
-            await self._json_body(request)
-            await self.server.unload_model(request.path_params["model"])
+            params = (await self._json_body(request)).get("parameters") or {}
+            dependents = params.get("unload_dependents", False) if isinstance(params, dict) \
+                else None
+            if type(dependents) is not bool:  # Triton's parameter is a JSON boolean
+                raise invalid_arg("unload: 'parameters' must be an object whose "
+                                  "'unload_dependents' is true or false")
+            await self.server.unload_model(request.path_params["model"], dependents)
         except InferenceServerError as exc:
             return _error(exc)
         return Response(status_code=200)
