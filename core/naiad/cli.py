@@ -346,9 +346,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     tritonserver_flags.add_flags(serve)
     # Installed frontend plugins (entry points "naiad.frontends": the OpenAI API) add theirs.
-    frontends = PluginManager()
-    frontends.load_frontends(check_permission=False)
-    frontends.add_frontend_options(serve)
+    frontend_plugins = PluginManager()
+    frontend_plugins.load_frontends(check_permission=False)
+    frontend_plugins.add_frontend_options(serve)
 
     commands.add_parser("plugins", help="list installed plugins per group")
     return parser

@@ -10,7 +10,13 @@ group               key                                   example
 ``naiad.backends``  the ``backend:`` name in config.pbtxt ``onnxruntime``, ``python``
 ``naiad.caches``    the NAME in ``--cache-config NAME,..`` ``local``
 ``naiad.sources``   the scheme of ``--model-repository``   ``s3``, ``gs``
+``naiad.frontends`` the frontend's name                    ``openai``
 ==================  ====================================  ===============================
+
+Frontend plugins are the exception to loading on demand: ``naiad serve`` imports every
+installed ``naiad.frontends`` entry point when it builds its flags (so ``--help`` lists them),
+which is why such a module must import nothing heavy at the top (transformers, torch: import
+them when the frontend starts).
 
 The scheduler hook is not here: schedulers are built into the core and drive its instance
 workers, so their hook is the core's own (:mod:`naiad.scheduling.hookspecs`), with no group.
@@ -32,7 +38,9 @@ from typing import TYPE_CHECKING
 import pluggy
 
 if TYPE_CHECKING:
-    from naiad.types import Backend, RepositorySource, ResponseCache
+    import argparse
+
+    from naiad.types import Backend, FrontendFactory, RepositorySource, ResponseCache
 
 PROJECT = "naiad"
 
@@ -81,4 +89,31 @@ def naiad_source(scheme: str) -> RepositorySource | None:
     ``--model-repository``; the source's ``open(uri)`` is called right after, and the core
     mirrors what the repository lists (see :class:`naiad.types.Repository`). The first
     non-None result wins.
+    """
+
+
+# --- frontends --------------------------------------------------------------------------
+
+
+@hookspec
+def naiad_frontend_options(parser: argparse.ArgumentParser) -> None:
+    """Add this frontend's flags to ``naiad serve`` (as ``pytest_addoption`` does).
+
+    ``parser`` is the ``serve`` subcommand's parser: add an argument group of your own
+    (``parser.add_argument_group("OpenAI frontend")``) and flags whose names cannot clash
+    with tritonserver's (prefix them with the frontend's name, ``--openai-port``). Called
+    once per process, before the command line is parsed, for every installed frontend.
+    """
+
+
+@hookspec
+def naiad_frontend(options: argparse.Namespace) -> FrontendFactory | None:
+    """Return the frontend to start for the parsed ``naiad serve`` ``options``, or None
+    when they ask for none (``--allow-openai=false``).
+
+    The factory is called with a :class:`naiad.types.FrontendContext` once the server's core
+    exists, before the start-up models load; the frontend it builds is started beside the
+    HTTP, gRPC and metrics listeners and stopped after the requests in flight have drained.
+    Every frontend's result is used (not first-result). A frontend must not assume it is
+    the only process serving: bind listening sockets with ``SO_REUSEPORT``.
     """

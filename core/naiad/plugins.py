@@ -23,10 +23,12 @@ from naiad.errors import unavailable
 from naiad.scheduling import hookspecs as scheduling_hookspecs
 
 if TYPE_CHECKING:
+    import argparse
+
     from tritonclient.grpc.model_config_pb2 import ModelConfig
 
     from naiad.scheduling.base import SchedulerFactory
-    from naiad.types import Backend, RepositorySource, ResponseCache
+    from naiad.types import Backend, FrontendFactory, RepositorySource, ResponseCache
 
 log = logging.getLogger("naiad.plugins")
 
@@ -35,6 +37,8 @@ ENTRY_POINT_GROUPS = {
     "backend": "naiad.backends",
     "cache": "naiad.caches",
     "source": "naiad.sources",
+    # Imported at start-up, every one installed (their flags join `naiad serve`'s).
+    "frontend": "naiad.frontends",
 }
 
 #: The modules a plugin may import (docs/plugin-author-guide.md documents each); the rest of
@@ -96,6 +100,8 @@ KNOWN_PLUGINS = {
     ("source", "as"): KnownPlugin("naiad-source-azure", "plugins/source-azure", "azure"),
     ("cache", "local"): KnownPlugin("naiad-cache-local", "plugins/cache-local", "local-cache"),
     ("cache", "redis"): KnownPlugin("naiad-cache-redis", "plugins/cache-redis", "redis-cache"),
+    ("frontend", "openai"): KnownPlugin("naiad-frontend-openai", "plugins/frontend-openai",
+                                        "openai"),
 }
 
 #: Triton backends naiad has no plugin for yet (docs/not-supported.md lists them).
@@ -252,3 +258,37 @@ class PluginManager:
             raise unavailable(f"no response cache '{name}' is installed or permitted: "
                               f"{install_hint('cache', name)}")
         return found  # type: ignore[no-any-return]
+
+    def load_frontends(self, check_permission: bool = True) -> list[str]:
+        """Import and register every installed ``naiad.frontends`` entry point (permitted
+        by ``--plugin``/``--block-plugin`` unless not ``check_permission``); the names of
+        those that loaded. One that fails to import is logged and left out: the KServe
+        frontends still serve."""
+        names = []
+        for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUPS["frontend"]):
+            if check_permission and not self._permitted(ep):
+                continue
+            try:
+                with self._loading:
+                    if self.pm.has_plugin(f"naiad.frontends:{ep.name}"):
+                        names.append(ep.name)
+                        continue
+                    plugin = ep.load()
+                    self.pm.register(plugin, name=f"naiad.frontends:{ep.name}")
+                    self.pm.check_pending()
+            except Exception as exc:
+                log.error("frontend plugin '%s' (%s) cannot be used: %s: %s", ep.name,
+                          ep.value, type(exc).__name__, exc)
+                continue
+            names.append(ep.name)
+        return names
+
+    def add_frontend_options(self, parser: argparse.ArgumentParser) -> None:
+        """Let every installed frontend add its flags to ``naiad serve``'s ``parser``."""
+        self.pm.hook.naiad_frontend_options(parser=parser)
+
+    def frontends(self, options: argparse.Namespace) -> list[FrontendFactory]:
+        """The frontends the parsed ``options`` ask for, from the frontend plugins
+        :meth:`load_frontends` registered."""
+        return [found for found in self.pm.hook.naiad_frontend(options=options)
+                if found is not None]

@@ -60,6 +60,8 @@ class Listeners:
     # Header size and count, idle, header and body timeouts of the HTTP and metrics listeners.
     http_limits: HTTPLimits = field(default_factory=HTTPLimits)
     grpc: GRPCOptions = field(default_factory=GRPCOptions)
+    # The parsed flags, for frontend plugins (naiad.frontends) to read theirs; None: none.
+    frontend_options: Any = None
 
 
 def bind_sockets(host: str, port: int, reuse_port: bool = False) -> list[socket.socket]:
@@ -226,6 +228,9 @@ async def serve(options: ServerOptions, listeners: Listeners) -> int:
             started.append(metrics)
             log.info("metrics at http://%s:%d/metrics", listeners.metrics_address,
                      listeners.metrics_port)
+        # --- plugin frontends (entry points "naiad.frontends": the OpenAI API) ---
+        if listeners.frontend_options is not None:
+            started.extend(await _start_plugin_frontends(server, listeners))
     except (OSError, SystemExit) as exc:
         log.error("failed to start a listener: %s", exc)
         exit_code = 1
@@ -243,6 +248,24 @@ async def serve(options: ServerOptions, listeners: Listeners) -> int:
         await listener.stop()
     watchdog.cancel()
     return exit_status(server, exit_code)
+
+
+async def _start_plugin_frontends(server: InferenceServer, listeners: Listeners) -> list[Any]:
+    """Start the frontends the installed frontend plugins build for the parsed flags."""
+    from naiad.types import FrontendContext
+
+    server.plugins.load_frontends()
+    factories = server.plugins.frontends(listeners.frontend_options)
+    if not factories:
+        return []
+    metrics = (metrics_app(server, listeners.allow_cpu_metrics, listeners.allow_gpu_metrics)
+               if listeners.allow_metrics else None)
+    started = []
+    for factory in factories:
+        frontend = factory(FrontendContext(server, listeners.frontend_options, metrics))
+        await frontend.start()
+        started.append(frontend)
+    return started
 
 
 def use_batch_scheduling() -> bool:

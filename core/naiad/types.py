@@ -449,3 +449,37 @@ class ResponseCache(abc.ABC):
         endpoint's thread: answer from what the cache keeps in memory, never wait on a
         network. None (the default): the server-wide ``nv_cache_*`` lines are left out."""
         return None
+
+
+# --- frontends (plugins that speak another protocol: naiad.frontends) ----------------
+
+
+@dataclass(slots=True, frozen=True)
+class FrontendContext:
+    """What a plugin frontend is built with (see ``hookspecs.naiad_frontend``)."""
+
+    #: the running :class:`naiad.server.InferenceServer`: reach models only through its
+    #: public methods (``model``, ``infer``, ``stream``, ``model_metadata``,
+    #: ``model_config``, ``models.index``, ``load_model``, ``unload_model``, ``ready``)
+    server: Any
+    #: the parsed ``naiad serve`` flags, the frontend's own among them
+    options: Any
+    #: an ASGI app answering ``GET /metrics`` with the server's Prometheus text (what the
+    #: metrics port serves), for a frontend that serves metrics on its own port too; None
+    #: with ``--allow-metrics=false``
+    metrics_app: Any = None
+
+
+@typing.runtime_checkable
+class Frontend(typing.Protocol):
+    """A listener started by ``naiad serve`` beside the KServe HTTP and gRPC frontends."""
+
+    async def start(self) -> None:
+        """Start listening; raise :class:`OSError` naming the address when it cannot."""
+
+    async def stop(self) -> None:
+        """Stop accepting, let the responses under way finish, close the listener."""
+
+
+#: what ``hookspecs.naiad_frontend`` returns: builds the frontend from its context
+FrontendFactory = Callable[[FrontendContext], Frontend]

@@ -1,0 +1,98 @@
+"""The frontend's flags on ``naiad serve`` and its registration (``naiad.frontends:openai``).
+
+Imported whenever ``naiad serve`` builds its flags: only argparse here; the frontend itself
+(starlette, uvicorn, transformers) is imported when it is built.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import TYPE_CHECKING
+
+from naiad import hookimpl
+
+if TYPE_CHECKING:
+    from naiad.types import Frontend, FrontendContext
+
+#: Triton's defaults (python/openai/openai_frontend/main.py)
+DEFAULT_PORT = 9000
+DEFAULT_MAX_TOKENS = 16
+DEFAULT_MAX_TOOL_CALL_PARSE_BYTES = 1024 * 1024
+TOOL_CALL_PARSERS = ("llama3", "mistral")
+REQUEST_FORMATS = ("vllm", "tensorrtllm")
+
+
+def _bool(value: str) -> bool:
+    lowered = value.strip().lower()
+    if lowered in ("true", "1", "on", "yes"):
+        return True
+    if lowered in ("false", "0", "off", "no"):
+        return False
+    raise argparse.ArgumentTypeError(f"'{value}' is not a boolean (true/false)")
+
+
+def _positive(value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{value}' is not an integer") from None
+    if number <= 0:
+        raise argparse.ArgumentTypeError(f"{value} is not greater than 0")
+    return number
+
+
+@hookimpl
+def naiad_frontend_options(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("OpenAI-compatible frontend (docs/openai.md)")
+    group.add_argument("--allow-openai", type=_bool, nargs="?", const=True, default=True,
+                       metavar="BOOL", help="serve the OpenAI API (default true)")
+    group.add_argument("--openai-address", default=None, metavar="HOST",
+                       help="address of the OpenAI API (default: --http-address's, as "
+                            "Triton's frontends share --host)")
+    group.add_argument("--openai-port", type=int, default=DEFAULT_PORT, metavar="PORT",
+                       help=f"port of the OpenAI API (default {DEFAULT_PORT}); other naiad "
+                            f"processes may listen on it too (SO_REUSEPORT)")
+    group.add_argument("--tokenizer", default=None, metavar="PATH",
+                       help="a Hugging Face tokenizer folder (or hub id, when the hub can be "
+                            "reached) for chat templates and token counts; a model whose "
+                            "folder holds a tokenizer uses its own")
+    group.add_argument("--chat-template", default=None, metavar="FILE",
+                       help="a Jinja chat template file used instead of the tokenizer's")
+    group.add_argument("--tool-call-parser", choices=TOOL_CALL_PARSERS, default=None,
+                       help="how tool calls are read from generated text (tools with "
+                            "tool_choice auto need one)")
+    group.add_argument("--max-tool-call-parse-bytes", type=_positive,
+                       default=DEFAULT_MAX_TOOL_CALL_PARSE_BYTES, metavar="BYTES",
+                       help="most generated text the streaming tool-call parser re-reads per "
+                            "request; past it the stream ends with finish_reason 'length' and "
+                            "the model's work is cancelled (default 1 MiB)")
+    group.add_argument("--default-max-tokens", type=_positive, default=DEFAULT_MAX_TOKENS,
+                       metavar="N", help="max_tokens of a request that gives none "
+                                         f"(default {DEFAULT_MAX_TOKENS})")
+    group.add_argument("--openai-request-format", choices=REQUEST_FORMATS, default=None,
+                       help="tensor format of every model (Triton's --backend): default "
+                            "vllm's for backend 'vllm' models, TensorRT-LLM's for the rest")
+    group.add_argument("--openai-restricted-api", nargs=3, action="append", default=[],
+                       metavar=("APIS", "HEADER", "VALUE"),
+                       help="APIs (comma-separated: inference, model-repository, metrics, "
+                            "health) answered only to requests with this header value "
+                            "(repeatable)")
+    group.add_argument("--openai-max-concurrent-streams", type=_positive, default=1024,
+                       metavar="N",
+                       help="most generations under way at once through the OpenAI API; "
+                            "more are answered 503 (default 1024)")
+
+
+@hookimpl
+def naiad_frontend(options: argparse.Namespace) -> object:
+    if not getattr(options, "allow_openai", False):
+        return None
+    return build_frontend
+
+
+def build_frontend(context: FrontendContext) -> Frontend:
+    """The OpenAI frontend for a running server (imports the frontend's modules now)."""
+    from naiad_frontend_openai.frontend import OpenAIFrontend
+    from naiad_frontend_openai.settings import OpenAISettings
+
+    return OpenAIFrontend(context, OpenAISettings.from_options(context.options))
