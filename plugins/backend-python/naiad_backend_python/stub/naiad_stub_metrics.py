@@ -25,10 +25,7 @@ import threading
 import weakref
 from typing import Any, Deque, Dict, List, Optional, Tuple
 
-if __package__:  # imported by the server (in-process mode)
-    from . import triton_python_backend_utils as _pb_utils
-else:  # a worker process
-    import triton_python_backend_utils as _pb_utils
+from naiad_stub_errors import TritonModelException
 
 
 class MetricKind(enum.IntEnum):
@@ -164,7 +161,7 @@ def current() -> MetricsBackend:
         calls = sys.modules.get("naiad_stub_calls")  # only a worker process has it
         link = getattr(calls, "link", None)
         if link is None:
-            raise _pb_utils.TritonModelException(
+            raise TritonModelException(
                 "Custom metrics are available while a model runs in the server: no model "
                 "instance runs on this thread (create metric families in initialize or "
                 "execute)")
@@ -237,7 +234,7 @@ class MetricFamily:
         try:
             handle = backend.new_family(name, description, KIND_NAMES[kind])
         except MetricsFailure as exc:
-            raise _pb_utils.TritonModelException(
+            raise TritonModelException(
                 f"Error when creating MetricFamily: {exc}") from None
         self._name = name
         self._kind = kind
@@ -252,26 +249,26 @@ class MetricFamily:
         """The metric with ``labels`` (a dict of str, or None for none); ``buckets``: a
         histogram's bucket upper bounds, a list (histograms only, and required there)."""
         if labels is not None and not isinstance(labels, dict):
-            raise _pb_utils.TritonModelException(
+            raise TritonModelException(
                 "Failed to create metric. Labels must be a dictionary.")
         if buckets is not None:
             if not isinstance(buckets, list):
-                raise _pb_utils.TritonModelException(
+                raise TritonModelException(
                     "Failed to create metric. Buckets must be a list.")
             if self._kind != MetricKind.HISTOGRAM:
-                raise _pb_utils.TritonModelException(
+                raise TritonModelException(
                     "Failed to create metric. Unexpected buckets found.")
             buckets = [float(bound) for bound in buckets]
         elif self._kind == MetricKind.HISTOGRAM:
-            raise _pb_utils.TritonModelException(
+            raise TritonModelException(
                 "Failed to create metric. Missing required buckets.")
         if self._state.deleted:  # only after the model's own finalize: it holds no reference
-            raise _pb_utils.TritonModelException(f"Error when creating Metric: {FAMILY_DELETED}")
+            raise TritonModelException(f"Error when creating Metric: {FAMILY_DELETED}")
         _delete_dropped()
         try:
             handle = self._backend.new_metric(self._handle, labels, buckets)
         except MetricsFailure as exc:
-            raise _pb_utils.TritonModelException(f"Error when creating Metric: {exc}") from None
+            raise TritonModelException(f"Error when creating Metric: {exc}") from None
         return Metric(self._backend, handle, self._kind, self._state)
 
 
@@ -311,21 +308,21 @@ class Metric:
         try:
             return self._backend.value(self._handle)
         except MetricsFailure as exc:
-            raise _pb_utils.TritonModelException(
+            raise TritonModelException(
                 f"Failed to get metric value: {exc}") from None
 
     def _update(self, action: str, value: float) -> None:
         try:
             self._backend.update(self._handle, action, value)
         except MetricsFailure as exc:
-            raise _pb_utils.TritonModelException(
+            raise TritonModelException(
                 f"Failed to {_VERBS[action]} metric value: {exc}") from None
 
     def _check(self, operation: str) -> None:
         if _dropped:
             _delete_dropped()
         if self._state.deleted:
-            raise _pb_utils.TritonModelException(
+            raise TritonModelException(
                 f"Failed to {_VERBS[operation]} metric value: {FAMILY_DELETED}")
         kinds, word = _ALLOWED[operation]
         if self._kind not in kinds:
@@ -333,7 +330,7 @@ class Metric:
                                 f"{_TRITON_KIND[self._kind]} does not support {word}")
 
     def _failure(self, operation: str, message: str) -> Exception:
-        return _pb_utils.TritonModelException(
+        return TritonModelException(
             f"Failed to {_VERBS[operation]} metric value: "
             f"{server_message(self._backend.instance_name, message)}")
 

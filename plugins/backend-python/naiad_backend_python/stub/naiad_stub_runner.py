@@ -20,14 +20,9 @@ import traceback
 from collections.abc import Sequence
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
+import naiad_stub_loader as loader
 import numpy as np
-
-if __package__:  # imported by the server (in-process mode)
-    from . import naiad_stub_loader as loader
-    from . import triton_python_backend_utils as pb_utils
-else:  # a worker process
-    import naiad_stub_loader as loader
-    import triton_python_backend_utils as pb_utils
+import triton_python_backend_utils as pb_utils
 
 # pb_utils.TritonError codes -> naiad status names (as Triton maps them: UNKNOWN is gRPC
 # UNKNOWN, HTTP 500). A TritonError made without a code is INTERNAL: tritonserver 2.51
@@ -155,7 +150,11 @@ class ModelRunner:
         self.model_name = name
         self.instance_name = args["model_instance_name"]
         self.model_file = model_file
-        self.version_dir = os.path.dirname(model_file)
+        # the model's version folder (pb_utils.get_model_dir()): from its args, since a
+        # Python-based backend's model.py lives in the backend directory
+        self.version_dir = os.path.join(args["model_repository"], args["model_version"]) \
+            if args.get("model_repository") and args.get("model_version") \
+            else os.path.dirname(model_file)
         # What a request that names no outputs gets, as Triton: every output of the config.
         self.output_names = frozenset(output_names)
         self._loop: asyncio.AbstractEventLoop | None = None

@@ -29,14 +29,11 @@ import threading
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
+import naiad_stub_dlpack as _dlpack
+import naiad_stub_errors as _errors
+import naiad_stub_wire as _wire
 import numpy as np
-
-if __package__:  # imported by the server (in-process mode)
-    from . import naiad_stub_dlpack as _dlpack
-    from . import naiad_stub_wire as _wire
-else:  # imported in a worker process, from the folder of naiad_stub_main.py
-    import naiad_stub_dlpack as _dlpack
-    import naiad_stub_wire as _wire
+from naiad_stub_metrics import MetricFamily as MetricFamily
 
 NUMPY_DTYPES = _wire.NUMPY_DTYPES
 
@@ -120,59 +117,11 @@ def deserialize_bytes_tensor(encoded_tensor: bytes) -> np.ndarray:
     return _wire.deserialize_bytes(encoded_tensor)
 
 
-# --- errors -----------------------------------------------------------------------------
+# --- errors (naiad_stub_errors: the custom metrics raise them too) ----------------------
 
-
-class TritonModelException(Exception):
-    """Raised by this module when a model misuses it (and by models, to fail a batch)."""
-
-    def message(self) -> str:
-        return str(self)
-
-
-class _ErrorCode(enum.IntEnum):
-    """TRITONSERVER_Error_Code."""
-
-    UNKNOWN = 0
-    INTERNAL = 1
-    NOT_FOUND = 2
-    INVALID_ARG = 3
-    UNAVAILABLE = 4
-    UNSUPPORTED = 5
-    ALREADY_EXISTS = 6
-    CANCELLED = 7
-
-
-class TritonError(Exception):
-    """An error a model puts in an :class:`InferenceResponse` (``error=``).
-
-    ``code`` is one of the class attributes (``TritonError.INVALID_ARG``...); the default
-    is ``INTERNAL``, which clients see as HTTP 500 / gRPC INTERNAL, as with Triton. Unlike
-    Triton's, this class is also an exception: raising it from ``execute`` fails the batch
-    with its code.
-    """
-
-    UNKNOWN = _ErrorCode.UNKNOWN
-    INTERNAL = _ErrorCode.INTERNAL
-    NOT_FOUND = _ErrorCode.NOT_FOUND
-    INVALID_ARG = _ErrorCode.INVALID_ARG
-    UNAVAILABLE = _ErrorCode.UNAVAILABLE
-    UNSUPPORTED = _ErrorCode.UNSUPPORTED
-    ALREADY_EXISTS = _ErrorCode.ALREADY_EXISTS
-    CANCELLED = _ErrorCode.CANCELLED
-
-    def __init__(self, message: str, code: int = _ErrorCode.INTERNAL) -> None:
-        if message is None:
-            raise TypeError("TritonError(): message must be a str, not None")
-        super().__init__(message)
-        self._message = str(message)
-        self._code = _ErrorCode(code)
-
-    def message(self) -> str:
-        return self._message
-
-    def code(self) -> _ErrorCode:
-        return self._code
+TritonModelException = _errors.TritonModelException
+TritonError = _errors.TritonError
+_ErrorCode = _errors.ErrorCode
 
 
 def _unsupported(what: str) -> TritonModelException:
@@ -947,14 +896,6 @@ _LEVELS = {
     Logger.LogLevel.ERROR: logging.ERROR,
     Logger.LogLevel.VERBOSE: logging.DEBUG,
 }
-
-
-# --- custom metrics (naiad_stub_metrics; imported here, after TritonModelException) --------
-
-if __package__:
-    from .naiad_stub_metrics import MetricFamily as MetricFamily
-else:
-    from naiad_stub_metrics import MetricFamily as MetricFamily
 
 
 def load_model(model_name: str, config: str = "", files: dict[str, bytes] | None = None) -> None:
