@@ -35,7 +35,7 @@ def batch_hint(config: ModelConfig, model: LoadedModel, model_name: str) -> bool
     explicit: bool | None = None
     for tensors, offered in ((config.input, model.inputs), (config.output, model.outputs)):
         for tensor in tensors:
-            if tensor.allow_ragged_batch:
+            if tensors is config.input and tensor.allow_ragged_batch:
                 return True
             info = offered.get(tensor.name)
             if info is None:
