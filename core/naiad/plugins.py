@@ -95,6 +95,8 @@ KNOWN_PLUGINS = {
     ("backend", "fil"): KnownPlugin("naiad-backend-fil", "plugins/backend-fil", "fil"),
     ("backend", "openvino"): KnownPlugin("naiad-backend-openvino", "plugins/backend-openvino",
                                          "openvino"),
+    ("backend", "tensorflow"): KnownPlugin("naiad-backend-tensorflow",
+                                           "plugins/backend-tensorflow", "tensorflow"),
     ("source", "s3"): KnownPlugin("naiad-source-s3", "plugins/source-s3", "s3"),
     ("source", "gs"): KnownPlugin("naiad-source-gcs", "plugins/source-gcs", "gcs"),
     ("source", "as"): KnownPlugin("naiad-source-azure", "plugins/source-azure", "azure"),
@@ -105,7 +107,7 @@ KNOWN_PLUGINS = {
 }
 
 #: Triton backends naiad has no plugin for yet (docs/not-supported.md lists them).
-BACKENDS_WITHOUT_PLUGIN = ("tensorflow", "dali", "vllm", "tensorrtllm")
+BACKENDS_WITHOUT_PLUGIN = ("dali", "vllm", "tensorrtllm")
 
 
 def install_hint(kind: str, name: str) -> str:

@@ -94,5 +94,6 @@ def test_core_imports_no_framework():
                                             capture_output=True, text=True).stdout))
     for framework in ("torch", "onnxruntime", "tensorrt", "boto3", "google.cloud",
                       "treelite", "xgboost", "lightgbm", "sklearn", "openvino",
+                      "tensorflow", "keras",
                       "naiad_backend_python", "triton_python_backend_utils"):
         assert framework not in modules

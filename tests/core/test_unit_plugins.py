@@ -157,7 +157,8 @@ def test_every_first_party_backend_has_a_distribution():
                 if kind == "backend"}
     assert backends == {"onnxruntime": "naiad-backend-onnx", "pytorch": "naiad-backend-torch",
                         "tensorrt": "naiad-backend-tensorrt", "python": "naiad-backend-python",
-                        "fil": "naiad-backend-fil", "openvino": "naiad-backend-openvino"}
+                        "fil": "naiad-backend-fil", "openvino": "naiad-backend-openvino",
+                        "tensorflow": "naiad-backend-tensorflow"}
 
 
 def load_missing(pm: PluginManager, kind: str, name: str) -> None:
