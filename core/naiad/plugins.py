@@ -14,6 +14,7 @@ import logging
 import os
 import threading
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pluggy
@@ -152,6 +153,10 @@ def installed_plugins() -> list[InstalledPlugin]:
     return sorted(found, key=lambda p: (p.group, p.name))
 
 
+#: tritonserver's default --backend-directory
+DEFAULT_BACKEND_DIRECTORY = "/opt/tritonserver/backends"
+
+
 class PluginManager:
     """naiad's pluggy manager plus lazy entry point loading and the allow/block lists."""
 
@@ -168,6 +173,9 @@ class PluginManager:
             module = importlib.import_module(module_name)
             self.pm.register(module, name=module_name)
         self._backends: dict[str, Backend] = {}
+        #: --backend-directory: where Triton's Python-based backends live
+        #: (``<directory>/<backend>/model.py``, served by the ``python`` backend)
+        self.backend_directory = Path(DEFAULT_BACKEND_DIRECTORY)
         # Models load on several threads at once: one import and registration per plugin.
         self._loading = threading.RLock()
         self.pm.check_pending()
@@ -230,6 +238,13 @@ class PluginManager:
         found = self.pm.hook.naiad_backend(name=name, backend_config=backend_config)
         if found is None and self._load_entry_point("backend", name):
             found = self.pm.hook.naiad_backend(name=name, backend_config=backend_config)
+        based = self.backend_directory / name / "model.py"
+        if found is None and name != "python" and based.is_file():
+            # Triton's Python-based backend: the python backend runs the backend's model.py
+            # for every model that names it
+            self._load_entry_point("backend", "python")
+            found = self.pm.hook.naiad_backend(name=name, backend_config={
+                **backend_config, "python-based-backend-file": str(based)})
         if found is None:
             raise unavailable(f"backend '{name}' is not installed or not permitted: "
                               f"{install_hint('backend', name)}")

@@ -16,6 +16,7 @@ import logging
 import threading
 import time
 from concurrent.futures import Future, InvalidStateError
+from pathlib import Path
 
 from tritonclient.grpc.model_config_pb2 import DataType
 
@@ -85,6 +86,7 @@ class InferenceServer:
         self.options = options
         self.plugins = plugins or PluginManager(options.plugins_allowed or None,
                                                 options.plugins_blocked)
+        self.plugins.backend_directory = Path(options.backend_directory)
         self.repositories = [self.plugins.source(scheme_of(uri)).open(uri)
                              for uri in options.model_repositories]
         repositories, mirrors = local_folders(options.model_repositories, self.repositories,

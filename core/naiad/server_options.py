@@ -38,6 +38,8 @@ class ServerOptions:
     # --rate-limit (off | execution_count) and its --rate-limit-resource counts
     # (naiad.scheduling.rate_limiter)
     rate_limit: str = "off"
+    # --backend-directory: Triton's Python-based backends (DIR/NAME/model.py)
+    backend_directory: str = "/opt/tritonserver/backends"
     rate_limit_resources: list[ResourceFlag] = field(default_factory=list)
     # naiad only: seconds between two "still running" lines of a slow load step (0: none).
     model_load_progress_secs: float = DEFAULT_PROGRESS_S

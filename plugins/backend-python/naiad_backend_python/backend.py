@@ -39,6 +39,9 @@ from naiad_backend_python.stub import naiad_stub_runner as runner
 log = logging.getLogger("naiad.backend.python")
 
 DEFAULT_MODEL_FILENAME = "model.py"
+#: the backend_config key that makes this backend a Triton "Python-based backend": every model
+#: naming that backend runs this model.py (``<backend directory>/<backend>/model.py``)
+BASED_BACKEND_FILE = "python-based-backend-file"
 
 
 def render_config(config: ModelConfig) -> str:
@@ -55,6 +58,15 @@ class PythonBackend(Backend):
     def __init__(self, backend_config: dict[str, str] | None = None) -> None:
         self.backend_config = dict(backend_config or {})
         self.settings = PythonBackendSettings.parse(self.backend_config)
+        based = self.backend_config.get(BASED_BACKEND_FILE)
+        #: a Python-based backend's model.py, which every model of that backend runs
+        self.based_file = Path(based) if based else None
+
+    def _model_file(self, version_dir: Path, config: ModelConfig, name: str) -> Path:
+        if self.based_file is not None:
+            return self.based_file
+        return model_file_path(version_dir, config.default_model_filename
+                               or DEFAULT_MODEL_FILENAME, name)
 
     # --- auto-complete ------------------------------------------------------------------
 
@@ -62,7 +74,7 @@ class PythonBackend(Backend):
         """Let ``TritonPythonModel.auto_complete_config`` (a static method, if the model has
         one) fill in ``config`` as Triton does, in the model's execution mode. The newest
         version folder holding the model file is imported for it."""
-        model_file = newest_version_file(
+        model_file = self.based_file or newest_version_file(
             model_dir, config.default_model_filename or DEFAULT_MODEL_FILENAME)
         if model_file is None:
             return []
@@ -114,8 +126,7 @@ class PythonBackend(Backend):
     def create_instance(self, context: ModelContext, instance: InstanceInfo) -> ModelInstance:
         config = context.config
         name = context.name
-        model_file = model_file_path(context.version_dir, config.default_model_filename
-                                     or DEFAULT_MODEL_FILENAME, name)
+        model_file = self._model_file(context.version_dir, config, name)
         if not model_file.is_file():
             raise unavailable(f"model '{name}': Python model file not found in '{model_file}'")
         args = runner.initialize_args(render_config(config), instance.kind, instance.name,

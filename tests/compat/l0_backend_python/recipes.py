@@ -3,8 +3,8 @@ qa/python_models go into which repository, with which flags, and which upstream 
 
 A function per subtest returns its phases (harness.Phase), in test.sh's order. Where test.sh
 uses something that cannot exist on a CPU machine without Triton's QA data (a GPU, the
-``/data/inferenceserver`` model sets, a conda download), the phase is left out and
-``NOT_RUN`` says why; the reason holds for Triton as much as for naiad.
+``/data/inferenceserver`` model sets, a conda download), the phase or case is reported as a
+skipped row saying why; the reason holds for Triton as much as for naiad.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -44,8 +45,6 @@ GROWTH_WHY = ("the client allocates 8 GiB (np.random.randn of 2**30 elements) fo
 PYTHON_BACKEND_BUNDLE = UPSTREAM.parent / "python_backend-r24.10.bundle"
 DYNAMIC_8 = "dynamic_batching { preferred_batch_size: [8], max_queue_delay_microseconds: %d }"
 
-#: what test.sh runs that this harness does not, and why (true for Triton as well)
-NOT_RUN: dict[str, str] = {}
 
 
 def python_backend_checkout(dest: Path) -> Path:
@@ -125,8 +124,8 @@ def _shm_region_size(size: int) -> Callable[..., None]:
 
 
 def main() -> list[Phase]:
-    NOT_RUN["main: KIND_GPU add_sub_gpu"] = "needs a GPU"
     return [
+        Phase("add_sub_gpu (KIND_GPU)", lambda r: None, skip=NO_GPU),
         Phase("python_test", _main_models, PYTHON_SHM,
               steps=[pytest_step(L0 / "python_test.py", not_run={
                   "PythonTest::test_gpu_tensor_error": NO_GPU,
@@ -297,6 +296,7 @@ def ensemble() -> list[Phase]:
 def io() -> list[Phase]:
     test = L0 / "io" / "io_test.py"
     phases = []
+    gpu_flags = NO_GPU + " (test_ensemble_io sends GPU_OUTPUT flags that move tensors to CUDA)"
     for trial in ("default", "decoupled"):
         source = "dlpack_io_identity" if trial == "default" else "dlpack_io_identity_decoupled"
 
@@ -307,11 +307,12 @@ def io() -> list[Phase]:
             copy_model(repo, "ensemble_io", files=())
 
         phases.append(Phase(f"ensemble_io_{trial}", models, VERBOSE, env={"TRIAL": trial},
-                            check_shm_pages=False,
+                            check_shm_pages=False, skip=gpu_flags,
                             steps=[pytest_step(test, "::IOTest::test_ensemble_io",
                                                label=f"test_ensemble_io.{trial}",
                                                env={"TRIAL": trial})]))
-    NOT_RUN["io: test_empty_gpu_output, test_variable_gpu_output"] = NO_GPU
+    phases += [Phase(name, lambda r: None, skip=NO_GPU)
+               for name in ("test_empty_gpu_output", "test_variable_gpu_output")]
 
     def requested(repo: Path) -> None:
         copy_model(repo, "add_sub")
@@ -320,9 +321,9 @@ def io() -> list[Phase]:
     phases.append(Phase("requested_output", requested, VERBOSE, check_shm_pages=False, steps=[
         pytest_step(test, "::IOTest::test_requested_output_default",
                     label="test_requested_output_default"),
-        pytest_step(test, "::IOTest::test_requested_output_decoupled",
-                    label="test_requested_output_decoupled"),
     ]))
+    phases.append(Phase("test_requested_output_decoupled", requested, skip=NO_GPU + (
+        " (dlpack_io_identity_decoupled moves its output to CUDA: .cuda())")))
     return phases
 
 
@@ -455,3 +456,65 @@ SUBTESTS.update({
     "async_execute": async_execute,
     "request_rescheduling": request_rescheduling,
 })
+
+
+# --- bls ----------------------------------------------------------------------------------------
+
+
+def bls() -> list[Phase]:
+    qa_models = ("needs Triton's QA model sets from /data/inferenceserver (onnx and libtorch "
+                 "models built by gen_qa_model_repository)")
+    suite = ("the bls models run a unittest suite inside execute whose cases include GPU ones "
+             "(test_gpu_bls, test_bls_tensor_lifecycle, test_preferred_memory: CUDA tensors) "
+             "and " + qa_models)
+    message = "BLS is only supported during the 'execute' function."
+    return [
+        Phase("bls (bls, bls_memory, bls_memory_async, bls_async)", lambda r: None, skip=suite),
+        Phase("bls_init_error", lambda r: copy_model(r, "bls_init_error"), VERBOSE,
+              expect_start=False, after=[log_contains(message)]),
+        Phase("bls_finalize_error", lambda r: copy_model(r, "bls_finalize_error"), VERBOSE,
+              after=[log_contains(message)]),
+        Phase("bls_model_loading", lambda r: None, skip=qa_models),
+        Phase("bls_parameters", lambda r: copy_model(r, "bls_parameters"), VERBOSE,
+              steps=[pytest_step(L0 / "bls" / "bls_parameters_test.py")]),
+    ]
+
+
+SUBTESTS["bls"] = bls
+
+
+# --- python_based_backends ----------------------------------------------------------------------
+
+
+def python_based_backends() -> list[Phase]:
+    def models(repo: Path) -> None:
+        backends = repo.parents[2] / "backends"
+        (backends / "add_sub").mkdir(parents=True, exist_ok=True)
+        shutil.copy(PYTHON_MODELS / "python_based_backends" / "add_sub_backend" / "model.py",
+                    backends / "add_sub" / "model.py")
+        # the real Triton finds its python backend in the same directory (test.sh copies
+        # add_sub into Triton's own backends folder)
+        peer = Path(os.environ.get("TRITON_PEER_DIR", "/tmp/naiad-triton-reference"))
+        triton_python = peer / "wheel/pytriton/tritonserver/backends/python"
+        if triton_python.exists() and not (backends / "python").exists():
+            (backends / "python").symlink_to(triton_python)
+        for name, operation in (("add", "add"), ("sub", "sub")):
+            (repo / name / "1").mkdir(parents=True)
+            (repo / name / "1" / "model.json").write_text(f'{{ "operation": "{operation}" }}\n')
+            (repo / name / "config.pbtxt").write_text('backend: "add_sub"\n')
+        shutil.copytree(repo / "add" / "1", repo / "add" / "2")
+        copy_model(repo, "add_sub")
+        shutil.copytree(repo / "add_sub" / "1", repo / "add_sub" / "2")
+        # test.sh: python3 gen_qa_pytorch_model.py -m MODEL_REPOSITORY (needs torch: the
+        # server's interpreter has it)
+        subprocess.run([sys.executable, str(UPSTREAM / "qa/common/gen_qa_pytorch_model.py"),
+                        "-m", str(repo)], check=True, capture_output=True)
+
+    return [Phase("python_based_backends", models,
+                  ["--model-control-mode=explicit", *VERBOSE,
+                   "--backend-directory={phase_dir}/backends"],
+                  steps=[pytest_step(L0 / "python_based_backends" /
+                                     "python_based_backends_test.py")])]
+
+
+SUBTESTS["python_based_backends"] = python_based_backends

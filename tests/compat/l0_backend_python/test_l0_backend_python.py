@@ -30,8 +30,8 @@ import harness  # noqa: E402
 
 #: fast enough for the default run (seconds on 2 cores, naiad): model_control ~15 s
 FAST = ("model_control",)
-LONG = ("python_test", "lifecycle", "restart", "decoupled", "ensemble", "io", "response_sender",
-        "argument_validation", "logging", "custom_metrics", "async_execute",
+LONG = ("python_test", "lifecycle", "restart", "decoupled", "bls", "ensemble", "io",
+        "response_sender", "argument_validation", "logging", "custom_metrics", "async_execute",
         "request_rescheduling")
 
 #: (subtest, part of a row's name) -> why it fails on naiad (docs/compatibility.md, "Triton's
