@@ -157,6 +157,9 @@ def targets(args: argparse.Namespace, repo: Path) -> list[Target]:
     for extra in args.before:
         name, _, exe = extra.partition("=")
         known[name] = Target(name, [exe, *naiad[1:]], one_thread)
+    for extra in args.variant:
+        name, _, flags = extra.partition("=")
+        known[name] = Target(name, [*naiad, *flags.split()], one_thread)
     return [known[name] for name in args.targets]
 
 
@@ -202,6 +205,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--naiad-arg", action="append", default=[])
     parser.add_argument("--before", action="append", default=[], metavar="NAME=EXE",
                         help="another naiad executable to measure as target NAME")
+    parser.add_argument("--variant", action="append", default=[], metavar="NAME=FLAGS",
+                        help="naiad with these extra flags, measured as target NAME")
     parser.add_argument("--triton", default=str(TRITON_DEFAULT),
                         help="folder ../shared/triton/setup.sh unpacked Triton into")
     parser.add_argument("--json-out")

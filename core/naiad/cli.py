@@ -14,6 +14,7 @@ from naiad.errors import InferenceServerError
 from naiad.frontends.forwarding import compile_pattern
 from naiad.frontends.grpc.options import COMPRESSION_LEVELS, GRPCOptions
 from naiad.frontends.http.limits import HTTPLimits
+from naiad.frontends.http.listener import HTTP_SERVERS
 from naiad.frontends.restrictions import parse_restrictions
 from naiad.metrics.config import MetricsConfig, parse_metrics_config
 from naiad.models.limits import DEFAULT_MAX_CONFIG_TENSOR_BYTES, DEFAULT_MAX_PRIORITY_LEVELS
@@ -24,12 +25,16 @@ from naiad.plugins import PluginManager, installed_plugins
 from naiad.repository.mirror import MirrorSettings
 from naiad.scheduling.rate_limiter import MODES as RATE_LIMIT_MODES
 from naiad.scheduling.rate_limiter import parse_resource_flag
-from naiad.serve import HTTP_SERVERS, Listeners, run
+from naiad.serve import Listeners, run
 from naiad.server_options import MIB, ServerOptions
 from naiad.tracing import DeprecatedFlags, TraceConfig, parse_trace_config
 from naiad.tracing.otel import check_installed as check_opentelemetry_installed
 
 _bool = tritonserver_flags.parse_bool
+
+
+# A bound on a mistyped --frontend-processes, not a tuning limit.
+MAX_FRONTEND_PROCESSES = 256
 
 
 def _backend_config(value: str) -> tuple[str, str, str]:
@@ -191,6 +196,10 @@ def build_parser() -> argparse.ArgumentParser:
     net.add_argument("--http-restricted-api", action="append", default=[],
                      metavar="API,...:KEY=VALUE",
                      help="requests to these APIs need header KEY=VALUE (repeatable)")
+    net.add_argument("--frontend-processes", type=int, default=0, metavar="COUNT",
+                     help="serve HTTP from COUNT processes that forward every request to "
+                          "this one, which holds the models (0: this process serves it; "
+                          "naiad only; docs/operations.md)")
     net.add_argument("--http-server", choices=HTTP_SERVERS, default="uvicorn",
                      help="the ASGI server for HTTP (default uvicorn: the faster one measured "
                           "in benchmarks/)")
@@ -413,7 +422,7 @@ def _options(args: argparse.Namespace) -> tuple[ServerOptions, Listeners]:
         metrics_address=args.metrics_address, metrics_port=args.metrics_port,
         allow_metrics=args.allow_metrics, http_server=args.http_server,
         allow_cpu_metrics=args.allow_cpu_metrics, allow_gpu_metrics=args.allow_gpu_metrics,
-        reuse_http_port=args.reuse_http_port,
+        reuse_http_port=args.reuse_http_port, frontend_processes=args.frontend_processes,
         http_header_forward_pattern=args.http_header_forward_pattern,
         frontend_options=args,
         http_restricted=parse_restrictions(args.http_restricted_api, "--http-restricted-api"),
@@ -521,6 +530,11 @@ def _check(args: argparse.Namespace) -> list[str]:
         problems.append("--repository-settle-secs must not be negative")
     if args.response_cache_byte_size < 0:
         problems.append("--response-cache-byte-size must not be negative")
+    if not 0 <= args.frontend_processes <= MAX_FRONTEND_PROCESSES:
+        problems.append(f"--frontend-processes must be from 0 to {MAX_FRONTEND_PROCESSES}")
+    elif args.frontend_processes and args.http_server != "uvicorn":
+        problems.append("--frontend-processes serves HTTP with uvicorn only; drop "
+                        "--http-server=hypercorn or use --frontend-processes=0")
     for flag in ("http_max_header_size", "http_max_header_count"):
         if getattr(args, flag) < 1:
             problems.append(f"--{flag.replace('_', '-')} must be at least 1")

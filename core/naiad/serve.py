@@ -8,33 +8,23 @@ then unloads every model.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 import signal
-import socket
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from naiad.errors import InferenceServerError
 from naiad.frontends.grpc.options import GRPCOptions
 from naiad.frontends.http.app import HTTPFrontend
-from naiad.frontends.http.limits import (
-    HTTPLimits,
-    HypercornGuard,
-    guarded_protocol,
-    hypercorn_settings,
-)
+from naiad.frontends.http.limits import HTTPLimits
+from naiad.frontends.http.listener import http_listener
 from naiad.frontends.restrictions import Restriction
 from naiad.lifetime import EXIT_USAGE, ShutdownWatchdog, exit_status, start_models
 from naiad.metrics.endpoint import metrics_app
 from naiad.server import InferenceServer, ServerOptions
 
 log = logging.getLogger("naiad")
-
-HTTP_SERVERS = ("uvicorn", "hypercorn")
-
 
 @dataclass
 class Listeners:
@@ -53,6 +43,8 @@ class Listeners:
     allow_gpu_metrics: bool = True
     http_server: str = "uvicorn"
     reuse_http_port: bool = False
+    # HTTP served by this many frontend processes for this one (0: by this process).
+    frontend_processes: int = 0
     # Request headers whose names match this regular expression become request parameters.
     http_header_forward_pattern: str = ""
     # API group -> the header a request to it must carry.
@@ -62,126 +54,6 @@ class Listeners:
     grpc: GRPCOptions = field(default_factory=GRPCOptions)
     # The parsed flags, for frontend plugins (naiad.frontends) to read theirs; None: none.
     frontend_options: Any = None
-
-
-def bind_sockets(host: str, port: int, reuse_port: bool = False) -> list[socket.socket]:
-    """TCP sockets bound (not yet listening) to every address of ``host`` at ``port``, for
-    an HTTP listener to serve. With ``reuse_port`` (``--reuse-http-port``), SO_REUSEPORT:
-    processes that all set it may listen on one port, and the kernel spreads new
-    connections among them.
-
-    naiad binds rather than the HTTP server so that both servers can reuse ports and a
-    taken port is an OSError naming the address, raised before the HTTP server starts.
-    """
-    if reuse_port and not hasattr(socket, "SO_REUSEPORT"):
-        raise OSError("--reuse-http-port needs SO_REUSEPORT, which this system lacks")
-    try:
-        found = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM,
-                                   flags=socket.AI_PASSIVE)
-    except socket.gaierror as exc:
-        raise OSError(f"cannot resolve {host}: {exc}") from None
-    sockets: list[socket.socket] = []
-    try:
-        for family, kind, proto, _, address in dict.fromkeys(found):
-            sock = socket.socket(family, kind, proto)
-            sockets.append(sock)
-            # As asyncio's create_server does: restart on a port in TIME_WAIT, and keep an
-            # IPv6 socket off the IPv4 addresses another of these sockets binds.
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            if reuse_port:
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-            if family == socket.AF_INET6:
-                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
-            # Accepted connections inherit it, as hypercorn sets it on sockets of its own.
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            sock.bind(address)
-    except OSError as exc:
-        for sock in sockets:
-            sock.close()
-        how = " with SO_REUSEPORT" if reuse_port else ""
-        raise OSError(f"cannot listen on {host}:{port}{how}: {exc.strerror or exc}") from None
-    return sockets
-
-
-class _QuietUvicorn:
-    """A uvicorn server that leaves signal handling to naiad."""
-
-    def __init__(self, app: Any, host: str, port: int, reuse_port: bool = False,
-                 limits: HTTPLimits | None = None) -> None:
-        import uvicorn
-
-        class Server(uvicorn.Server):
-            @contextlib.contextmanager
-            def capture_signals(self) -> Iterator[None]:
-                yield
-
-        # No proxy-header rewriting (naiad never reads the client address) and no
-        # "server: uvicorn" header: less work per request. httptools behind naiad's guard
-        # (header size and count, header and body timeouts); the keep-alive is uvicorn's.
-        limits = limits or HTTPLimits()
-        config = uvicorn.Config(app, host=host, port=port, loop="none",
-                                http=guarded_protocol(limits),
-                                timeout_keep_alive=limits.keepalive_timeout,  # type: ignore[arg-type]
-                                lifespan="off", access_log=False, log_level="warning",
-                                timeout_graceful_shutdown=5, proxy_headers=False,
-                                server_header=False)
-        self.server = Server(config)
-        self.host, self.port, self.reuse_port = host, port, reuse_port
-        self.task: asyncio.Task[None] | None = None
-
-    async def start(self) -> None:
-        sockets = bind_sockets(self.host, self.port, self.reuse_port)
-        self.task = asyncio.create_task(self.server.serve(sockets=sockets))
-        while not self.server.started:
-            if self.task.done():
-                self.task.result()
-                raise RuntimeError("the HTTP server stopped during start-up")
-            await asyncio.sleep(0.01)
-
-    async def stop(self) -> None:
-        self.server.should_exit = True
-        if self.task is not None:
-            await self.task
-
-
-class _Hypercorn:
-    def __init__(self, app: Any, host: str, port: int, reuse_port: bool = False,
-                 limits: HTTPLimits | None = None) -> None:
-        from hypercorn.config import Config
-
-        limits = limits or HTTPLimits()
-        self.app = HypercornGuard(app, limits)
-        self.config = Config()
-        for name, value in hypercorn_settings(limits).items():
-            setattr(self.config, name, value)
-        self.host, self.port, self.reuse_port = host, port, reuse_port
-        self.config.accesslog = None
-        self.config.errorlog = logging.getLogger("naiad.hypercorn")
-        self.stopping = asyncio.Event()
-        self.task: asyncio.Task[None] | None = None
-
-    async def start(self) -> None:
-        from hypercorn.asyncio import serve
-
-        # hypercorn serves inherited file descriptors ("fd://N"), whose sockets it then owns.
-        self.config.bind = [f"fd://{sock.detach()}"
-                            for sock in bind_sockets(self.host, self.port, self.reuse_port)]
-        self.task = asyncio.create_task(
-            serve(self.app, self.config, shutdown_trigger=self.stopping.wait))  # type: ignore[arg-type]
-        await asyncio.sleep(0.05)
-        if self.task.done():
-            self.task.result()
-
-    async def stop(self) -> None:
-        self.stopping.set()
-        if self.task is not None:
-            await self.task
-
-
-def _http_listener(kind: str, app: Any, host: str, port: int, reuse_port: bool = False,
-                   limits: HTTPLimits | None = None) -> _QuietUvicorn | _Hypercorn:
-    listener = _QuietUvicorn if kind == "uvicorn" else _Hypercorn
-    return listener(app, host, port, reuse_port, limits)
 
 
 async def serve(options: ServerOptions, listeners: Listeners) -> int:
@@ -212,15 +84,25 @@ async def serve(options: ServerOptions, listeners: Listeners) -> int:
             frontend = HTTPFrontend(
                 server, restricted=listeners.http_restricted,
                 header_forward_pattern=listeners.http_header_forward_pattern)
-            http = _http_listener(listeners.http_server, frontend,
-                                  listeners.http_address, listeners.http_port,
-                                  listeners.reuse_http_port, listeners.http_limits)
+            http: Any
+            if listeners.frontend_processes:  # HTTP in frontend processes (docs/design.md)
+                from naiad.frontends.bridge.processes import FrontendProcesses
+
+                http = FrontendProcesses(frontend, listeners.frontend_processes,
+                                         listeners.http_address, listeners.http_port,
+                                         listeners.reuse_http_port, listeners.http_limits)
+            else:
+                http = http_listener(listeners.http_server, frontend,
+                                     listeners.http_address, listeners.http_port,
+                                     listeners.reuse_http_port, listeners.http_limits)
             await http.start()
             started.append(http)
-            log.info("HTTP service at %s:%d (%s)", listeners.http_address, listeners.http_port,
-                     listeners.http_server)
+            log.info("HTTP service at %s:%d (%s%s)", listeners.http_address,
+                     listeners.http_port, listeners.http_server,
+                     f", {listeners.frontend_processes} frontend processes"
+                     if listeners.frontend_processes else "")
         if listeners.allow_metrics:
-            metrics = _http_listener("uvicorn", metrics_app(server, listeners.allow_cpu_metrics,
+            metrics = http_listener("uvicorn", metrics_app(server, listeners.allow_cpu_metrics,
                                                  listeners.allow_gpu_metrics),
                                      listeners.metrics_address,
                                      listeners.metrics_port, limits=listeners.http_limits)

@@ -1,0 +1,178 @@
+"""The engine's end of the frontend processes: each forwarded request runs in the ASGI
+application a single-process server runs, so every endpoint answers exactly as it would.
+
+A frontend process connects once to the engine's Unix socket and sends all its requests
+over that connection; each is an exchange (:mod:`.frames`) with a task of its own here. The
+application's ``receive`` gets the body as the frontend forwarded it, then
+``http.disconnect`` when the client went away (or, once the answer is sent, when the
+exchange is over); its ``send`` goes back as RESPONSE and BODY frames.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import shutil
+import tempfile
+from collections import deque
+from typing import Any
+
+import orjson
+
+from naiad.frontends.bridge import frames
+
+log = logging.getLogger("naiad.http")
+
+_DISCONNECT = {"type": "http.disconnect"}
+
+
+class _Exchange:
+    """One forwarded request: the messages its ``receive`` has to give, its answer so far."""
+
+    __slots__ = ("connection", "done", "id", "messages", "start", "waiter")
+
+    def __init__(self, connection: _EngineConnection, exchange: int) -> None:
+        self.connection = connection
+        self.id = exchange
+        self.messages: deque[dict[str, Any]] = deque()
+        self.waiter: asyncio.Future[None] | None = None
+        self.start: dict[str, Any] | None = None  # http.response.start, until the first body
+        self.done = False  # the answer is complete, or the client went away
+
+    def put(self, message: dict[str, Any]) -> None:
+        self.messages.append(message)
+        waiter = self.waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    async def receive(self) -> dict[str, Any]:
+        while not self.messages:
+            if self.done:
+                return _DISCONNECT
+            self.waiter = asyncio.get_running_loop().create_future()
+            await self.waiter
+            self.waiter = None
+        return self.messages.popleft()
+
+    async def send(self, message: dict[str, Any]) -> None:
+        kind = message["type"]
+        if kind == "http.response.start":
+            self.start = message
+            return
+        if kind != "http.response.body" or self.done:
+            return
+        more = bool(message.get("more_body", False))
+        body = message.get("body", b"")
+        start = self.start
+        if start is not None:
+            self.start = None
+            headers = [[key.decode("latin-1"), value.decode("latin-1")]
+                       for key, value in start.get("headers", ())]
+            data = frames.with_json(frames.RESPONSE, self.id, [start["status"], headers],
+                                    more, body)
+        else:
+            data = frames.body_frame(self.id, more, body)
+        if not more:
+            self.finish()
+        self.connection.protocol.write(data)
+
+    def finish(self) -> None:
+        """The exchange is over: ``receive`` answers ``http.disconnect`` from now on."""
+        self.done = True
+        self.connection.exchanges.pop(self.id, None)
+        self.put(_DISCONNECT)
+
+
+class _EngineConnection:
+    """One frontend process's connection."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+        self.exchanges: dict[int, _Exchange] = {}
+        self.tasks: set[asyncio.Task[None]] = set()
+        self.protocol = frames.FrameProtocol(self._frame, self._lost)
+
+    def _frame(self, kind: int, exchange_id: int, body: memoryview) -> None:
+        if kind == frames.REQUEST:
+            scope, more, data = frames.read_json(body)
+            exchange = _Exchange(self, exchange_id)
+            self.exchanges[exchange_id] = exchange
+            exchange.messages.append({"type": "http.request", "body": data, "more_body": more})
+            task = asyncio.ensure_future(self._run(_scope(scope), exchange))
+            self.tasks.add(task)
+            task.add_done_callback(self.tasks.discard)
+            return
+        exchange = self.exchanges.get(exchange_id)
+        if exchange is None:
+            return  # answered already: a late body or disconnect changes nothing
+        if kind == frames.BODY:
+            more, data = frames.read_body(body)
+            exchange.put({"type": "http.request", "body": data, "more_body": more})
+        elif kind == frames.DISCONNECT:
+            exchange.finish()
+
+    async def _run(self, scope: dict[str, Any], exchange: _Exchange) -> None:
+        try:
+            await self.app(scope, exchange.receive, exchange.send)
+        except Exception as exc:  # the application's bug must not end the connection
+            log.exception("%s %s failed", scope.get("method"), scope.get("path"))
+            if exchange.start is None and not exchange.done:
+                body = orjson.dumps({"error": f"internal error: {type(exc).__name__}: {exc}"})
+                await exchange.send({"type": "http.response.start", "status": 500,
+                                     "headers": [(b"content-type", b"application/json"),
+                                                 (b"content-length", str(len(body)).encode())]})
+                await exchange.send({"type": "http.response.body", "body": body})
+        if not exchange.done:  # no (complete) answer: the frontend closes the connection
+            exchange.finish()
+            self.protocol.write(frames.frame(frames.ABORT, exchange.id))
+
+    def _lost(self) -> None:
+        for exchange in list(self.exchanges.values()):
+            exchange.finish()
+
+
+def _scope(forwarded: dict[str, Any]) -> dict[str, Any]:
+    """The ASGI scope of a forwarded request (bytes where ASGI wants bytes)."""
+    scope = dict(forwarded)
+    scope["headers"] = [(key.encode("latin-1"), value.encode("latin-1"))
+                        for key, value in forwarded["headers"]]
+    scope["query_string"] = forwarded["query_string"].encode("latin-1")
+    raw_path = forwarded.get("raw_path")
+    scope["raw_path"] = None if raw_path is None else raw_path.encode("latin-1")
+    client, server = forwarded.get("client"), forwarded.get("server")
+    scope["client"] = None if client is None else tuple(client)
+    scope["server"] = None if server is None else tuple(server)
+    return scope
+
+
+class BridgeServer:
+    """The Unix socket frontend processes connect to, in a private folder of its own."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+        self.folder = tempfile.mkdtemp(prefix="naiad-frontends-")  # mode 0700
+        self.path = os.path.join(self.folder, "engine.sock")
+        self.connections: list[_EngineConnection] = []
+        self._server: asyncio.AbstractServer | None = None
+
+    async def start(self) -> None:
+        def accepted() -> frames.FrameProtocol:
+            connection = _EngineConnection(self.app)
+            self.connections.append(connection)
+            return connection.protocol
+
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_unix_server(accepted, self.path)
+
+    async def stop(self) -> None:
+        """Stop accepting and end the connections (the frontends have stopped)."""
+        if self._server is not None:
+            self._server.close()
+            await self._server.wait_closed()
+        for connection in self.connections:
+            if connection.protocol.transport is not None:
+                connection.protocol.transport.close()
+            for task in list(connection.tasks):
+                task.cancel()
+        shutil.rmtree(self.folder, ignore_errors=True)

@@ -1,0 +1,171 @@
+"""The ASGI application of a frontend process: every HTTP request goes to the engine as an
+exchange (:mod:`.frames`) and its answer comes back to the client as the engine wrote it.
+
+The frontend holds no model and no state of the server's: what it does per request is the
+HTTP work (uvicorn and naiad's guard: parsing, header limits and timeouts, keep-alive,
+writing), which is what it takes off the engine.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import deque
+from typing import Any
+
+from naiad.frontends.bridge import frames
+
+log = logging.getLogger("naiad.http")
+
+_UNAVAILABLE = b'{"error":"the server is shutting down"}'
+
+
+class _Answer:
+    """The engine's frames of one exchange, as they come."""
+
+    __slots__ = ("frames", "waiter")
+
+    def __init__(self) -> None:
+        self.frames: deque[tuple[int, memoryview | None]] = deque()
+        self.waiter: asyncio.Future[None] | None = None
+
+    def put(self, kind: int, body: memoryview | None) -> None:
+        self.frames.append((kind, body))
+        waiter = self.waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    async def next(self) -> tuple[int, memoryview | None]:
+        while not self.frames:
+            self.waiter = asyncio.get_running_loop().create_future()
+            await self.waiter
+            self.waiter = None
+        return self.frames.popleft()
+
+
+class EngineLink:
+    """This process's one connection to the engine, shared by all its requests."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.answers: dict[int, _Answer] = {}
+        self.protocol = frames.FrameProtocol(self._frame, self._lost)
+        self.lost = asyncio.Event()
+        self._next = 0
+
+    async def connect(self) -> None:
+        loop = asyncio.get_running_loop()
+        await loop.create_unix_connection(lambda: self.protocol, self.path)
+
+    def open(self) -> tuple[int, _Answer]:
+        self._next += 1
+        answer = self.answers[self._next] = _Answer()
+        return self._next, answer
+
+    def _frame(self, kind: int, exchange: int, body: memoryview) -> None:
+        answer = self.answers.get(exchange)
+        if answer is None:
+            return
+        if kind == frames.RESPONSE:
+            answer.put(kind, memoryview(bytes(body)))  # the receive buffer moves on
+        elif kind == frames.BODY:
+            answer.put(kind, memoryview(bytes(body)))
+        else:
+            answer.put(kind, None)
+
+    def _lost(self) -> None:
+        self.lost.set()
+        for answer in self.answers.values():
+            answer.put(frames.ABORT, None)
+
+
+def _forwarded_scope(scope: dict[str, Any]) -> dict[str, Any]:
+    raw_path = scope.get("raw_path")
+    return {
+        "type": "http", "asgi": {"version": "3.0", "spec_version": "2.3"},
+        "http_version": scope.get("http_version", "1.1"), "method": scope["method"],
+        "scheme": scope.get("scheme", "http"), "path": scope["path"],
+        "raw_path": None if raw_path is None else raw_path.decode("latin-1"),
+        "query_string": scope.get("query_string", b"").decode("latin-1"),
+        "root_path": scope.get("root_path", ""),
+        "headers": [[key.decode("latin-1"), value.decode("latin-1")]
+                    for key, value in scope["headers"]],
+        "client": scope.get("client"), "server": scope.get("server"),
+    }
+
+
+class ForwardingApp:
+    """Forwards every HTTP request to the engine through ``link``."""
+
+    def __init__(self, link: EngineLink) -> None:
+        self.link = link
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return
+        link = self.link
+        protocol = link.protocol
+        if link.lost.is_set():
+            await _send_unavailable(send)
+            return
+        exchange, answer = link.open()
+        try:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return
+            more = message.get("more_body", False)
+            protocol.write(frames.with_json(frames.REQUEST, exchange, _forwarded_scope(scope),
+                                            more, message.get("body", b"")))
+            while more:
+                message = await receive()
+                if message["type"] == "http.disconnect":
+                    protocol.write(frames.frame(frames.DISCONNECT, exchange))
+                    return
+                more = message.get("more_body", False)
+                protocol.write(frames.body_frame(exchange, more, message.get("body", b"")))
+            watcher = asyncio.ensure_future(_watch_disconnect(receive, protocol, exchange))
+            try:
+                answered = await _relay(answer, send)
+            finally:
+                watcher.cancel()
+            if not answered and link.lost.is_set():
+                await _send_unavailable(send)
+        finally:
+            link.answers.pop(exchange, None)
+
+
+async def _watch_disconnect(receive: Any, protocol: frames.FrameProtocol,
+                            exchange: int) -> None:
+    """Tell the engine when the client goes away before its answer is complete (the engine
+    withdraws a request still queued, as a single-process server does)."""
+    while (await receive())["type"] != "http.disconnect":
+        pass
+    protocol.write(frames.frame(frames.DISCONNECT, exchange))
+
+
+async def _relay(answer: _Answer, send: Any) -> bool:
+    """Write the engine's answer to the client as it comes; False when there was none (the
+    client went away, or the engine did). Raises (uvicorn then closes the connection) when
+    the engine ended an answer it had begun."""
+    kind, body = await answer.next()
+    if kind != frames.RESPONSE or body is None:
+        return False
+    (status, headers), more, data = frames.read_json(body)
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(key.encode("latin-1"), value.encode("latin-1"))
+                            for key, value in headers]})
+    await send({"type": "http.response.body", "body": data, "more_body": more})
+    while more:
+        kind, body = await answer.next()
+        if kind != frames.BODY or body is None:
+            raise ConnectionAbortedError("the engine ended the answer before its end")
+        more, data = frames.read_body(body)
+        await send({"type": "http.response.body", "body": data, "more_body": more})
+    return True
+
+
+async def _send_unavailable(send: Any) -> None:
+    await send({"type": "http.response.start", "status": 503,
+                "headers": [(b"content-type", b"application/json"),
+                            (b"content-length", str(len(_UNAVAILABLE)).encode())]})
+    await send({"type": "http.response.body", "body": _UNAVAILABLE})
