@@ -4,12 +4,17 @@ own in-process throughput, at batch 1 and 16, in the same run (the ratio is the 
 
 A temporary repository holds ``identity`` (FP32 [-1,16] -> [-1,16]: the call cost alone) and
 ``mlp`` (FP32 [-1,256] -> 1024 ReLU -> 1024 ReLU -> 10, seeded weights) as ONNX (``onnx_*``,
-built with ``onnx.helper``) and as TorchScript (``torch_*``), ``max_batch_size: 16``, one CPU
-instance, one framework thread each. The in-process floor is a child process pinned to
-``--server-cpus`` calling an ``InferenceSession`` (1 intra-op, 1 inter-op thread) or the
-loaded TorchScript module (``torch.set_num_threads(1)``, ``inference_mode``) in a loop, numpy
-in and out. Then ``naiad serve``, pinned to the same CPUs, is checked (the exact HTTP and gRPC
-bytes the load generators send must be answered as the framework answered in process) and
+built with ``onnx.helper``), as TorchScript (``torch_*``), as OpenVINO IR (``openvino_*``,
+the ONNX file through ``openvino.convert_model``) and as TensorFlow SavedModels
+(``tensorflow_*``, a ``tf.Module``), and ``forest`` (an XGBoost regressor, 100 trees of depth
+6 on 32 features, seeded) for the FIL backend (``fil_forest``); ``max_batch_size: 16``, one
+CPU instance, one framework thread each. The in-process floor is a child process pinned to
+``--server-cpus`` calling an ``InferenceSession`` (1 intra-op, 1 inter-op thread), the loaded
+TorchScript module (``torch.set_num_threads(1)``, ``inference_mode``), an OpenVINO infer
+request (1 thread, 1 stream), a TensorFlow session (1 intra-op, 1 inter-op thread) or
+Treelite's GTIL (1 thread) in a loop, numpy in and out. Then ``naiad serve``, pinned to the
+same CPUs, is checked (the exact HTTP and gRPC bytes the load generators send must be
+answered as the framework answered in process) and
 loaded point by point: ``wrk`` (V2 JSON body of the batch) or ``h2load`` (ModelInferRequest
 with raw_input_contents), closed loop, pinned to ``--client-cpus``. ratio = server
 inferences/s / in-process inferences/s at the same batch (1.0: the server costs nothing).
@@ -47,14 +52,31 @@ import protocol_overhead as po  # noqa: E402
 BATCHES = (1, 16)
 MAX_BATCH = 16
 MLP_IN, HIDDEN, MLP_OUT = 256, 1024, 10
-WIDTH = {"identity": (16, 16), "mlp": (MLP_IN, MLP_OUT)}  # (input, output) features
+FOREST_FEATURES, FOREST_TREES, FOREST_DEPTH = 32, 100, 6
+WIDTH = {"identity": (16, 16), "mlp": (MLP_IN, MLP_OUT),  # (input, output) features
+         "forest": (FOREST_FEATURES, 1)}
 # backend -> (config backend name, model file, input name, output name, thread parameters)
 BACKENDS: dict[str, tuple[str, str, str, str, dict[str, str]]] = {
     "onnx": ("onnxruntime", "model.onnx", "INPUT0", "OUTPUT0",
              {"intra_op_thread_count": "1", "inter_op_thread_count": "1"}),
     "torch": ("pytorch", "model.pt", "INPUT__0", "OUTPUT__0",
               {"INTRA_OP_THREAD_COUNT": "1", "INTER_OP_THREAD_COUNT": "1"}),
+    "openvino": ("openvino", "model.xml", "INPUT0", "OUTPUT0",
+                 {"INFERENCE_NUM_THREADS": "1", "NUM_STREAMS": "1"}),
+    "tensorflow": ("tensorflow", "model.savedmodel", "INPUT0", "OUTPUT0",
+                   {"TF_NUM_INTRA_THREADS": "1", "TF_NUM_INTER_THREADS": "1"}),
+    "fil": ("fil", "xgboost.json", "input__0", "output__0",
+            {"cpu_nthread": "1", "model_type": "xgboost_json", "output_class": "false"}),
 }
+# The models each backend serves (a forest is FIL's; FIL serves nothing else).
+MODELS_OF = {"onnx": ("identity", "mlp"), "torch": ("identity", "mlp"),
+             "openvino": ("identity", "mlp"), "tensorflow": ("identity", "mlp"),
+             "fil": ("forest",)}
+
+
+def pairs(args: argparse.Namespace) -> list[tuple[str, str]]:
+    """(backend, model) for every backend and model asked for that the backend serves."""
+    return [(b, m) for b in args.backends for m in args.models if m in MODELS_OF[b]]
 
 
 # ------------------------------------------------------------------ models
@@ -66,8 +88,11 @@ def mlp_weights() -> list[tuple[np.ndarray, np.ndarray]]:
              np.zeros(s[1], np.float32)) for s in shapes]
 
 
-def numpy_forward(model: str, x: np.ndarray) -> np.ndarray:
-    """The numpy reference, to check that both frameworks built the same model."""
+def numpy_forward(model: str, x: np.ndarray) -> np.ndarray | None:
+    """The numpy reference, to check that the frameworks built the same model (None for the
+    forest: XGBoost's own prediction is its reference, checked when it is written)."""
+    if model == "forest":
+        return None
     if model == "identity":
         return x
     layers = mlp_weights()
@@ -131,14 +156,68 @@ def write_torch(model: str, path: Path) -> None:
     torch.jit.script(module.eval()).save(str(path))
 
 
+def write_openvino(model: str, path: Path) -> None:
+    """The ONNX model converted to IR, as a Triton user converts one."""
+    import openvino as ov
+
+    onnx_path = path.with_suffix(".onnx")
+    write_onnx(model, onnx_path)
+    ov.save_model(ov.convert_model(str(onnx_path)), str(path))
+    onnx_path.unlink()
+
+
+def write_tensorflow(model: str, path: Path) -> None:
+    import tensorflow as tf
+
+    n_in = WIDTH[model][0]
+    spec = tf.TensorSpec([None, n_in], tf.float32, name="INPUT0")
+    module = tf.Module()
+    if model == "identity":
+        module.serve = tf.function(lambda x: {"OUTPUT0": tf.identity(x)}, input_signature=[spec])
+    else:
+        module.layers = [(tf.Variable(w), tf.Variable(b)) for w, b in mlp_weights()]
+
+        def forward(x: Any) -> dict[str, Any]:
+            for i, (w, b) in enumerate(module.layers):
+                x = tf.matmul(x, w) + b
+                x = tf.nn.relu(x) if i < len(module.layers) - 1 else x
+            return {"OUTPUT0": x}
+
+        module.serve = tf.function(forward, input_signature=[spec])
+    tf.saved_model.save(module, str(path), signatures={"serving_default": module.serve})
+
+
+def write_fil(model: str, path: Path) -> None:
+    """An XGBoost regressor on seeded data, saved as XGBoost JSON; XGBoost's own prediction
+    must equal Treelite's (what FIL and the in-process floor use)."""
+    import treelite
+    import xgboost as xgb
+
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal((4096, FOREST_FEATURES), dtype=np.float32)
+    y = x[:, 0] * 2 - x[:, 1] + np.sin(x[:, 2]) + 0.1 * rng.standard_normal(4096)
+    regressor = xgb.XGBRegressor(n_estimators=FOREST_TREES, max_depth=FOREST_DEPTH,
+                                 n_jobs=1, random_state=0).fit(x, y)
+    regressor.save_model(str(path))
+    probe = the_input(model)
+    gtil = treelite.gtil.predict(treelite.frontend.load_xgboost_model(str(path)), probe)
+    if not np.allclose(np.asarray(gtil).reshape(-1), regressor.predict(probe), rtol=1e-4,
+                       atol=1e-4):
+        raise RuntimeError("Treelite's prediction of the forest differs from XGBoost's")
+
+
+WRITERS = {"onnx": write_onnx, "torch": write_torch, "openvino": write_openvino,
+           "tensorflow": write_tensorflow, "fil": write_fil}
+
+
 def write_repository(root: Path, backends: list[str], models: list[str]) -> Path:
     repo = root / "model_repository"
     for backend in backends:
         name_in_config, filename, inp, out, threads = BACKENDS[backend]
-        for model in models:
+        for model in (m for m in models if m in MODELS_OF[backend]):
             name = f"{backend}_{model}"
             (repo / name / "1").mkdir(parents=True)
-            (write_onnx if backend == "onnx" else write_torch)(model, repo / name / "1" / filename)
+            WRITERS[backend](model, repo / name / "1" / filename)
             params = "".join(f'parameters {{ key: "{k}" value: {{ string_value: "{v}" }} }}\n'
                              for k, v in threads.items())
             (repo / name / "config.pbtxt").write_text(f"""name: "{name}"
@@ -162,7 +241,7 @@ def write_payloads(root: Path, backends: list[str], models: list[str]) -> dict[i
         out.mkdir(parents=True)
         for backend in backends:
             _, _, inp, outp, _ = BACKENDS[backend]
-            for model in models:
+            for model in (m for m in models if m in MODELS_OF[backend]):
                 name, x = f"{backend}_{model}", the_input(model)[:batch]
                 (out / f"{name}.json").write_bytes(json.dumps({
                     "inputs": [{"name": inp, "shape": list(x.shape), "datatype": "FP32",
@@ -185,9 +264,42 @@ def inproc_child(spec: dict[str, Any]) -> None:
     for spec["seconds"]; saves the outputs for the check and prints inferences/s as JSON."""
     backend, repo, seconds = spec["backend"], Path(spec["repo"]), spec["seconds"]
     result: dict[str, dict[str, float]] = {}
-    for model in spec["models"]:
+    for model in (m for m in spec["models"] if m in MODELS_OF[backend]):
         path = repo / f"{backend}_{model}" / "1" / BACKENDS[backend][1]
-        if backend == "onnx":
+        if backend == "openvino":
+            import openvino as ov
+
+            compiled = ov.Core().compile_model(
+                str(path), "CPU", {"INFERENCE_NUM_THREADS": 1, "NUM_STREAMS": 1})
+            request = compiled.create_infer_request()
+
+            def call(x: np.ndarray, request: Any = request) -> np.ndarray:
+                request.infer({"INPUT0": x})
+                return np.array(request.get_output_tensor(0).data, copy=True)
+        elif backend == "tensorflow":
+            import tensorflow as tf
+
+            graph = tf.Graph()
+            session = tf.compat.v1.Session(graph=graph, config=tf.compat.v1.ConfigProto(
+                intra_op_parallelism_threads=1, inter_op_parallelism_threads=1))
+            with graph.as_default():
+                meta = tf.compat.v1.saved_model.loader.load(session, ["serve"], str(path))
+            signature = meta.signature_def["serving_default"]
+            feed, fetch = signature.inputs["INPUT0"].name, signature.outputs["OUTPUT0"].name
+
+            def call(x: np.ndarray, session: Any = session, feed: str = feed,
+                     fetch: str = fetch) -> np.ndarray:
+                return session.run(fetch, {feed: x})
+        elif backend == "fil":
+            import treelite
+
+            forest = treelite.frontend.load_xgboost_model(str(path))
+
+            def call(x: np.ndarray, forest: Any = forest) -> np.ndarray:
+                # FIL's answer: FP32, the [batch, 1] column squeezed to [batch]
+                return np.asarray(treelite.gtil.predict(forest, x, nthread=1),
+                                  dtype=np.float32).reshape(-1)
+        elif backend == "onnx":
             import onnxruntime as ort
 
             options = ort.SessionOptions()
@@ -287,17 +399,16 @@ def check(ports: dict[str, int], name: str, batch: int, payload_dir: Path, ref: 
 def check_all(args: argparse.Namespace, ports: dict[str, int], dirs: dict[int, Path],
               out: Path) -> tuple[list[str], dict[tuple[str, int], int]]:
     problems, reply_sizes = [], {}
-    for backend in args.backends:
-        for model in args.models:
-            name = f"{backend}_{model}"
-            for batch in BATCHES:
-                ref = np.load(out / f"{name}-b{batch}.npy")
-                if not np.allclose(ref, numpy_forward(model, the_input(model)[:batch]),
-                                   rtol=1e-3, atol=1e-3):
-                    problems.append(f"{name} b{batch}: in-process result differs from numpy")
-                problem, reply_sizes[name, batch] = check(ports, name, batch, dirs[batch], ref)
-                if problem:
-                    problems.append(problem)
+    for backend, model in pairs(args):
+        name = f"{backend}_{model}"
+        for batch in BATCHES:
+            ref = np.load(out / f"{name}-b{batch}.npy")
+            want = numpy_forward(model, the_input(model)[:batch])
+            if want is not None and not np.allclose(ref, want, rtol=1e-3, atol=1e-3):
+                problems.append(f"{name} b{batch}: in-process result differs from numpy")
+            problem, reply_sizes[name, batch] = check(ports, name, batch, dirs[batch], ref)
+            if problem:
+                problems.append(problem)
     return problems, reply_sizes
 
 
@@ -354,7 +465,7 @@ def load_points(args: argparse.Namespace, ports: dict[str, int], dirs: dict[int,
     """One round of closed-loop load points on the running server (after a discarded
     warm-up at batch 16, c=8, per model and protocol)."""
     rows = []
-    for name, backend, model in ((f"{b}_{m}", b, m) for b in args.backends for m in args.models):
+    for name, backend, model in ((f"{b}_{m}", b, m) for b, m in pairs(args)):
         for proto in args.protocols:
             def load(conc: int, dur: int, batch: int, proto: str = proto, name: str = name
                      ) -> dict[str, Any]:
@@ -438,7 +549,7 @@ def main(argv: list[str] | None = None) -> int:
     rows: list[dict[str, Any]] = []
     inproc: list[dict[str, Any]] = []
     try:
-        names = [f"{b}_{m}" for b in args.backends for m in args.models]
+        names = [f"{b}_{m}" for b, m in pairs(args)]
         problem = po.wait_ready(server, names, args.ready_timeout)
         if problem:
             print(f"server not ready: {problem}", file=sys.stderr)
@@ -460,7 +571,8 @@ def main(argv: list[str] | None = None) -> int:
 
     summary = summarize(rows, inproc)
     frameworks = []
-    for package in ("onnxruntime", "torch", "onnx"):
+    for package in ("onnxruntime", "torch", "onnx", "openvino", "tensorflow", "treelite",
+                    "xgboost"):
         with contextlib.suppress(Exception):  # a backend left out need not be installed
             frameworks.append(f"{package} {version(package)}")
     print(f"\n{time.strftime('%Y-%m-%d %H:%M')}, {(time.time() - started) / 60:.1f} min; "
