@@ -1,0 +1,148 @@
+"""naiad.scheduling.worker: one thread per model instance, and the one call that feeds it.
+
+Real threads and futures, a tiny in-test instance: where each call runs, what a failing
+backend turns into, cancellation before a batch starts, an asynchronous instance, and what
+an unloading instance answers."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+
+import pytest
+
+from naiad.errors import InferenceServerError, Status
+from naiad.scheduling.worker import Execution, InstanceWorker
+from naiad.types import InferenceRequest, InferenceResponse, InstanceInfo, ModelInstance
+
+WAIT_S = 10
+
+
+class Recording(ModelInstance):
+    """Answers each request with an empty response; remembers the threads it ran on."""
+
+    def __init__(self, answer: Callable[[Sequence[InferenceRequest]], list] | None = None,
+                 gate: threading.Event | None = None) -> None:
+        self.threads: list[str] = [threading.current_thread().name]
+        self.answer = answer or (lambda requests: [InferenceResponse() for _ in requests])
+        self.gate = gate
+        self.closed_on = ""
+
+    def execute(self, requests: Sequence[InferenceRequest]) -> list[InferenceResponse]:
+        self.threads.append(threading.current_thread().name)
+        if self.gate is not None:
+            assert self.gate.wait(WAIT_S)
+        return self.answer(requests)
+
+    def close(self) -> None:
+        self.closed_on = threading.current_thread().name
+
+
+def requests(count: int) -> list[InferenceRequest]:
+    return [InferenceRequest("m", 1, {}, id=str(i)) for i in range(count)]
+
+
+async def started(instance: ModelInstance) -> InstanceWorker:
+    worker = InstanceWorker(InstanceInfo("m_0", "KIND_CPU", 0, 0), "m")
+    await worker.load(lambda: instance)
+    return worker
+
+
+async def test_every_call_runs_on_the_instance_thread():
+    worker = InstanceWorker(InstanceInfo("m_0", "KIND_CPU", 0, 0), "m")
+    await worker.load(Recording)  # created on the instance thread too
+    instance = worker.instance
+    assert isinstance(instance, Recording)
+    try:
+        execution = worker.submit(requests(3)).result(WAIT_S)
+        assert isinstance(execution, Execution) and not execution.failed
+        assert len(execution.responses) == 3 and execution.start_ns <= execution.end_ns
+        assert worker.submit(requests(2), lambda e: len(e.responses)).result(WAIT_S) == 2
+    finally:
+        worker.stop()
+    assert instance.threads == ["naiad-m_0"] * 3
+    assert instance.closed_on == "naiad-m_0"
+
+
+@pytest.mark.parametrize(("raised", "status", "words"), [
+    (RuntimeError("boom"), Status.INTERNAL, "model 'm' instance 'm_0' failed: RuntimeError: boom"),
+    (InferenceServerError("bad input", Status.INVALID_ARG), Status.INVALID_ARG, "bad input"),
+])
+async def test_a_backend_that_raises_fails_every_request_of_the_batch(raised, status, words):
+    def answer(batch):
+        raise raised
+
+    worker = await started(Recording(answer))
+    try:
+        execution = worker.submit(requests(2)).result(WAIT_S)
+    finally:
+        worker.stop()
+    assert execution.failed
+    assert [r.error.status for r in execution.responses] == [status, status]
+    assert words in execution.responses[0].error.message
+
+
+async def test_a_wrong_number_of_responses_is_an_internal_error():
+    worker = await started(Recording(lambda batch: [InferenceResponse()]))
+    try:
+        execution = worker.submit(requests(3)).result(WAIT_S)
+    finally:
+        worker.stop()
+    assert execution.failed and len(execution.responses) == 3
+    assert "returned 1 responses for 3 requests" in execution.responses[0].error.message
+
+
+async def test_a_batch_cancelled_before_it_starts_never_runs():
+    gate = threading.Event()
+    seen: list[str] = []
+    worker = await started(Recording(lambda batch: seen.extend(r.id for r in batch)
+                                     or [InferenceResponse() for _ in batch], gate))
+    try:
+        first = worker.submit(requests(1))
+        second = worker.submit([InferenceRequest("m", 1, {}, id="second")])
+        assert worker.busy == 2
+        assert second.cancel() is True
+        gate.set()
+        assert not first.result(WAIT_S).failed
+    finally:
+        worker.stop()
+    assert seen == ["0"]
+
+
+async def test_an_unloading_instance_refuses_new_batches():
+    worker = await started(Recording())
+    worker.stop()
+    execution = worker.submit(requests(2)).result(WAIT_S)
+    assert execution.failed
+    assert execution.responses[0].error.status is Status.UNAVAILABLE
+    assert "model 'm' instance 'm_0' is unloading" in execution.responses[0].error.message
+
+
+class Elsewhere(ModelInstance):
+    """An asynchronous instance: batches go out from the submitting thread."""
+
+    asynchronous = True
+
+    def __init__(self) -> None:
+        self.sent_from: list[str] = []
+        self.pending: list[Callable] = []
+
+    def execute(self, requests):  # pragma: no cover - never called for an async instance
+        raise AssertionError("execute on an asynchronous instance")
+
+    def execute_async(self, requests, done) -> None:
+        self.sent_from.append(threading.current_thread().name)
+        self.pending.append(lambda: done([InferenceResponse() for _ in requests]))
+
+
+async def test_an_asynchronous_instance_gets_batches_from_the_submitting_thread():
+    instance = Elsewhere()
+    worker = await started(instance)
+    try:
+        future = worker.submit(requests(2))
+        assert instance.sent_from == [threading.current_thread().name]
+        assert worker.busy == 1 and not future.done()
+        instance.pending.pop()()
+        assert not future.result(WAIT_S).failed and worker.busy == 0
+    finally:
+        worker.stop()
