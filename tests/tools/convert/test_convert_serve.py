@@ -130,3 +130,24 @@ def test_tritonclient_answers_equal_the_original(mlp_run, cnn_run, onnx_source_r
                                                atol=tolerance["atol"], rtol=tolerance["rtol"],
                                                err_msg=f"{model} {output} over {module.__name__}")
             client.close()
+
+
+@pytest.mark.parametrize(("file", "formats", "expected"), [
+    ("torchscript-script/model.pt", "torchscript-trace,torchscript-script,onnx",
+     {"torchscript-trace": ("skipped", "tracing needs an nn.Module"),
+      "torchscript-script": ("passed", "matches the original"),
+      "onnx": ("passed", "matches the original")}),
+    ("torch-export/model.pt2", "torch-export,onnx",
+     {"torch-export": ("passed", "matches the original"),
+      "onnx": ("skipped", "use --onnx-exporter dynamo")}),
+])
+def test_torchscript_and_export_files_are_sources(cnn_run, tmp_path, file, formats, expected):
+    out = tmp_path / "out"
+    assert main([str(cnn_run / "formats" / file), "--input", "image:FP32:batch,3,8,8", "-o",
+                 str(out), "--formats", formats, *QUICK]) == 0
+    data = report(out)
+    assert data["source_kind"] == ("torchscript" if file.endswith(".pt") else "torch.export")
+    found = {f["name"]: (f["status"], f["reason"]) for f in data["formats"]}
+    assert set(found) == set(expected)
+    for name, (status, reason) in expected.items():
+        assert found[name][0] == status and reason in found[name][1], found[name]

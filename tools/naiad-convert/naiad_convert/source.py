@@ -15,6 +15,7 @@ import importlib
 import importlib.util
 import inspect
 import sys
+import warnings
 import zipfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -160,18 +161,13 @@ def load_source(text: str) -> Source:
                            "(pip install 'naiad-convert[torch]')") from None
     if path.is_file():
         try:
-            if path.suffix == ".pt2" or _is_export_archive(path):
-                program = torch.export.load(str(path))
-                names = [spec.arg.name for spec in program.graph_signature.input_specs
-                         if spec.kind.name == "USER_INPUT"]
-                return Source(EXPORT, text, program, names)
-            scripted = torch.jit.load(str(path), map_location="cpu").eval()
+            with warnings.catch_warnings():
+                # torch 2.9+ deprecates torch.jit.load; loading TorchScript is the point here
+                warnings.simplefilter("ignore", DeprecationWarning)
+                return _load_torch_file(text, path)
         except Exception as exc:  # torch's loaders raise many types
             raise ConvertError(f"{text}: not a TorchScript or torch.export file torch can "
                                f"load: {first_line(exc)}") from None
-        arguments = [a.name for a in scripted.forward.schema.arguments[1:]
-                     if not a.has_default_value()]
-        return Source(TORCHSCRIPT, text, scripted, arguments)
     if ":" not in text:
         raise usage_error(f"{text}: no such file, and not an entry point (module:attr)")
     found = _import_attribute(text)
@@ -188,6 +184,20 @@ def load_source(text: str) -> Source:
         raise ConvertError(f"{text}: expected an nn.Module, an nn.Module class or a function "
                            f"returning one, got {type(model if model is not None else found)}")
     return Source(PYTORCH, text, model.eval(), _forward_arguments(model.forward))
+
+
+def _load_torch_file(text: str, path: Path) -> Source:
+    import torch
+
+    if path.suffix == ".pt2" or _is_export_archive(path):
+        program = torch.export.load(str(path))
+        names = [spec.arg.name for spec in program.graph_signature.input_specs
+                 if spec.kind.name == "USER_INPUT"]
+        return Source(EXPORT, text, program, names)
+    scripted = torch.jit.load(str(path), map_location="cpu").eval()
+    arguments = [a.name for a in scripted.forward.schema.arguments[1:]
+                 if not a.has_default_value()]
+    return Source(TORCHSCRIPT, text, scripted, arguments)
 
 
 def reference_outputs(source: Source, batches: Sequence[dict[str, np.ndarray]]
