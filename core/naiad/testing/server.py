@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import http.client
 import os
+import shlex
 import signal
 import socket
 import subprocess
@@ -153,12 +154,16 @@ class ServerProcess:
 @contextmanager
 def naiad_server(*args: str, env: dict[str, str] | None = None,
                  **kwargs: object) -> Iterator[ServerProcess]:
-    """``naiad serve ARGS`` on free loopback ports (HTTP, gRPC, metrics), ready on entry."""
+    """``naiad serve ARGS`` on free loopback ports (HTTP, gRPC, metrics), ready on entry.
+
+    ``NAIAD_TEST_SERVE_ARGS`` in the environment adds flags to every server a suite starts
+    (e.g. ``--frontend-processes=2``: the same suite against another process layout)."""
     cmd = [
         sys.executable, "-m", "naiad", "serve",
         "--http-address", "127.0.0.1", "--grpc-address", "127.0.0.1",
         "--metrics-address", "127.0.0.1", "--http-port", "{http_port}",
         "--grpc-port", "{grpc_port}", "--metrics-port", "{metrics_port}", *args,
+        *shlex.split(os.environ.get("NAIAD_TEST_SERVE_ARGS", "")),
     ]
     with ServerProcess(cmd, env=env, **kwargs) as server:  # type: ignore[arg-type]
         yield server
