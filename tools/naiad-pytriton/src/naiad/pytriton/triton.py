@@ -307,7 +307,7 @@ class Model:
     def __init__(self, model_name: str, model_version: int,
                  infer_func: Callable[..., Any] | Sequence[Callable[..., Any]],
                  inputs: Sequence[Tensor], outputs: Sequence[Tensor], config: ModelConfig,
-                 strict: bool, triton_context: TritonContext) -> None:
+                 strict: bool, triton_context: TritonContext, workspace: Workspace) -> None:
         self.model_name = model_name
         self.model_version = model_version
         self.infer_functions = [infer_func] if callable(infer_func) else list(infer_func)
@@ -322,6 +322,9 @@ class Model:
             batcher=config.batcher, max_batch_size=config.max_batch_size,
             decoupled=config.decoupled,
             instance_group={DeviceKind.KIND_CPU: len(self.infer_functions)},
+            # PyTriton's one backend parameter (its proxy's sockets live there): kept so the
+            # config is PyTriton's; naiad's proxy model does not read it.
+            backend_parameters={"workspace-path": workspace.path.as_posix()},
             inputs=[TensorSpec(name=spec.name or f"INPUT_{i}", dtype=spec.dtype,
                                shape=tuple(spec.shape), optional=spec.optional)
                     for i, spec in enumerate(inputs, start=1)],
@@ -374,7 +377,7 @@ class TritonBase:
             raise not_supported("bind(trace_config=...)",
                                 "set tracing on the server (TritonConfig.trace_config)")
         model = Model(model_name, model_version, infer_func, inputs, outputs,
-                      config or ModelConfig(), strict, self._triton_context)
+                      config or ModelConfig(), strict, self._triton_context, self._workspace)
         key = (model_name.lower(), model_version)
         if key in self._models:
             raise PyTritonValidationError(
