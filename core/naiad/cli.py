@@ -21,7 +21,7 @@ from naiad.models.limits import DEFAULT_MAX_CONFIG_TENSOR_BYTES, DEFAULT_MAX_PRI
 from naiad.models.paths import name_problem, repository_problems
 from naiad.models.progress import DEFAULT_PROGRESS_S
 from naiad.models.staging import DEFAULT_MAX_BYTES
-from naiad.plugins import PluginManager, installed_plugins
+from naiad.plugins import DEFAULT_BACKEND_DIRECTORY, PluginManager, installed_plugins
 from naiad.repository.mirror import MirrorSettings
 from naiad.scheduling.rate_limiter import MODES as RATE_LIMIT_MODES
 from naiad.scheduling.rate_limiter import parse_resource_flag
@@ -156,6 +156,10 @@ def build_parser() -> argparse.ArgumentParser:
                       metavar="N",
                       help="the most dynamic_batching priority_levels a model may have; more "
                            "fails its load (naiad only; default 1000)")
+    repo.add_argument("--backend-directory", default=DEFAULT_BACKEND_DIRECTORY, metavar="PATH",
+                      help="where Triton's Python-based backends live (PATH/NAME/model.py "
+                           "serves models with backend: \"NAME\"); other backends are "
+                           "installed naiad plugins (default /opt/tritonserver/backends)")
     repo.add_argument("--rate-limit", choices=RATE_LIMIT_MODES, default="off",
                       type=str.lower,
                       help="execution_count: an instance runs only while the resources its "
@@ -387,6 +391,7 @@ def _options(args: argparse.Namespace) -> tuple[ServerOptions, Listeners]:
         max_priority_levels=args.max_priority_levels,
         max_config_tensor_bytes=args.max_config_tensor_bytes,
         rate_limit=args.rate_limit,
+        backend_directory=args.backend_directory,
         rate_limit_resources=[parse_resource_flag(v) for v in args.rate_limit_resource],
         model_load_progress_secs=args.model_load_progress_secs,
         strict_readiness=args.strict_readiness,

@@ -62,9 +62,10 @@ ABORT_SETTLE_S = 1 * SECONDS
 CONTROL_REFUSED = "explicit model load / unload is not allowed if polling is enabled"
 
 # The protocol extensions naiad implements (reported by GET /v2 and ServerMetadata), in
-# tritonserver 2.51's order. Not listed, because naiad does not implement them:
-# classification, cuda_shared_memory (docs/compatibility.md).
+# tritonserver 2.51's order. Not listed, because naiad does not implement it:
+# cuda_shared_memory (docs/compatibility.md).
 EXTENSIONS = [
+    "classification",
     "sequence",
     "model_repository",
     "model_repository(unload_dependents)",

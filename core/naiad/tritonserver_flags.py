@@ -59,7 +59,6 @@ INERT = (
           "naiad copies tensors on the thread that handles the request"),
     Inert("--host-policy", "NAME,KEY=VALUE",
           "naiad does not pin memory or threads to NUMA nodes", repeatable=True),
-    Inert("--backend-directory", "PATH", PLUGINS),
     Inert("--repoagent-directory", "PATH", "naiad has no repository agents"),
     Inert("--cache-directory", "PATH", PLUGINS),
     Inert("--metrics-interval-ms", "MS", "naiad computes its metrics when they are scraped"),

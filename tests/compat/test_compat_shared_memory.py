@@ -30,7 +30,7 @@ grpc = pytest.importorskip("grpc")
 from tritonclient.grpc import service_pb2 as pb  # noqa: E402
 from tritonclient.grpc import service_pb2_grpc as pbg  # noqa: E402
 
-NOT_IMPLEMENTED = {"classification", "cuda_shared_memory"}
+NOT_IMPLEMENTED = {"cuda_shared_memory"}
 REGION = "cmp"
 REGION_SIZE = 256
 A = np.array([1, 2, 3, 4], np.float32)

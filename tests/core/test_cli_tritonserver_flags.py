@@ -134,10 +134,10 @@ def test_inert_flags_say_in_the_log_that_they_change_nothing(tmp_path):
     write_model(tmp_path, "add_sub", ADD_SUB_CONFIG, ADD_SUB_PY)
     with naiad_server("--model-repository", str(tmp_path), "--http-thread-count=16",
                       "--pinned-memory-pool-byte-size=0", "--cuda-memory-pool-byte-size=0:0",
-                      "--backend-directory=/opt/tritonserver/backends") as server:
+                      "--cache-directory=/opt/tritonserver/caches") as server:
         log = server.log()
     for flag in ("--http-thread-count", "--pinned-memory-pool-byte-size",
-                 "--cuda-memory-pool-byte-size", "--backend-directory"):
+                 "--cuda-memory-pool-byte-size", "--cache-directory"):
         reason = next(rule.reason for rule in INERT if rule.flag == flag)
         assert f"{flag} has no effect: {reason}" in log
     assert "--grpc-infer-allocation-pool-size" not in log  # only the flags given

@@ -283,11 +283,14 @@ def test_parameters_and_requested_outputs(registry):
     assert req.requested_outputs[0].parameters == {}
 
 
-def test_classification_is_unsupported(registry):
+def test_classification_into_shared_memory_is_refused(registry):
     out = Output(name="OUTPUT0")
     out.parameters["classification"].int64_param = 3
+    out.parameters["shared_memory_region"].string_param = "r"
+    out.parameters["shared_memory_byte_size"].int64_param = 16
     err = _error(registry, _raw_request(np.zeros(4, np.float32), outputs=[out]))
-    assert err.status is Status.UNSUPPORTED and "'OUTPUT0'" in err.message
+    assert err.status is Status.INVALID_ARG and "'OUTPUT0'" in err.message
+    assert "classification" in err.message
 
 
 def test_shared_memory_output_parameters_are_checked_before_inference(registry):

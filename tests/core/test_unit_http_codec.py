@@ -255,7 +255,8 @@ SHM_OUT = {"shared_memory_region": "out", "shared_memory_byte_size": 16}
     ({**SHM_OUT, "binary_data": True}, Status.INVALID_ARG,
      ("can't set both 'shared_memory_region' and 'binary_data'",)),
     ({"shared_memory_region": "out"}, Status.INVALID_ARG, ("shared_memory_byte_size",)),
-    ({"classification": 2}, Status.UNSUPPORTED, ("classification",)),
+    ({**SHM_OUT, "classification": 2}, Status.INVALID_ARG,
+     ("classification output cannot be written to shared memory",)),
 ])
 def test_decode_refuses_bad_output_parameters_before_the_request_runs(
         registry, shm_key, params, status, fragments):

@@ -447,7 +447,10 @@ def test_requested_output_target_is_checked_before_the_request_runs(shm_key):
         registry.unregister_all()
 
 
-def test_requested_output_classification_is_refused():
-    rejected(lambda: requested_output_target(SharedMemoryRegistry(), "m", "Y",
-                                             {"classification": 2}),
-             "output 'Y' of model 'm'", "classification", status=Status.UNSUPPORTED)
+def test_requested_output_classification_is_accepted_but_not_into_shared_memory():
+    assert requested_output_target(SharedMemoryRegistry(), "m", "Y",
+                                   {"classification": 2}) is None
+    rejected(lambda: requested_output_target(
+        SharedMemoryRegistry(), "m", "Y", {"classification": 2, "shared_memory_region": "r",
+                                           "shared_memory_byte_size": 16}),
+        "output 'Y' of model 'm'", "classification", status=Status.INVALID_ARG)

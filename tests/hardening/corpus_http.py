@@ -217,8 +217,8 @@ HTTP_KINDS: list[HTTPKind] = [
              fragments=("'name'",)),
     HTTPKind("output_unknown", body=add_sub(outputs=[{"name": "OUTPUT9"}]), status=400,
              fragments=("OUTPUT9", "add_sub")),
-    HTTPKind("output_classification", status=400, fragments=("classification", "OUTPUT0"),
-             body=add_sub(outputs=[{"name": "OUTPUT0", "parameters": {"classification": 3}}])),
+    HTTPKind("output_classification_zero", status=400, fragments=("classification", "OUTPUT0"),
+             body=add_sub(outputs=[{"name": "OUTPUT0", "parameters": {"classification": 0}}])),
     HTTPKind("output_binary_data_a_string", status=400, fragments=("binary_data", "OUTPUT0"),
              body=add_sub(outputs=[{"name": "OUTPUT0", "parameters": {"binary_data": "yes"}}])),
     # --- the binary tensor data extension -----------------------------------------------------

@@ -15,7 +15,7 @@ import ml_dtypes
 import numpy as np
 
 from naiad.datatypes import NUMPY_DTYPES, format_shape
-from naiad.errors import InferenceServerError, Status, invalid_arg, unsupported
+from naiad.errors import InferenceServerError, Status, invalid_arg
 from naiad.shm import Region, SharedMemoryRegistry
 from naiad.types import Tensor
 from naiad.wire_tensors import check_shape, from_raw
@@ -177,15 +177,14 @@ def requested_output_target(registry: SharedMemoryRegistry, model: str, name: st
     the :class:`Region` itself, so unregistering it meanwhile does not fail the request.
 
     A target must lie in a registered region (else NOT_FOUND, Triton's status), so a request
-    whose answer could not be written fails without running the model. ``classification``
-    is refused: naiad does not implement the classification extension."""
-    if "classification" in params:
-        raise unsupported(f"output '{name}' of model '{model}': classification outputs are "
-                          f"not supported (naiad does not implement the classification "
-                          f"extension)")
+    whose answer could not be written fails without running the model. A ``classification``
+    output (naiad.classification) cannot go to shared memory, as in Triton."""
     target = shm_output_target(model, name, params)
     if target is None:
         return None
+    if "classification" in params:
+        raise invalid_arg(f"output '{name}' of model '{model}': a classification output "
+                          f"cannot be written to shared memory")
     region, offset, size = target
     return (registry.target(region, offset, size, f"output '{name}' of model '{model}'"),
             offset, size)

@@ -35,6 +35,7 @@ from google.protobuf import json_format
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 
 from naiad import logs
+from naiad.classification import classify_response
 from naiad.errors import InferenceServerError, grpc_status, invalid_arg, unsupported
 from naiad.frontends.forwarding import header_forwarder
 from naiad.frontends.grpc.codec import ResponseEncoder, decode_request, params_to_dict
@@ -158,7 +159,8 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
             future = server.infer(model, infer_request)
             if not context.add_callback(call_ended):  # the call is over already
                 cancellation.cancel()
-            response = answer(infer_request, future.result())
+            response = classify_response(model, infer_request,
+                                         answer(infer_request, future.result()))
             return self.encoder.encode(infer_request, response, to_shm)
         except InferenceServerError as err:
             abort(context, grpc_status(err), err.message)

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 import grpc
 
+from naiad.classification import classify_response
 from naiad.errors import InferenceServerError, invalid_arg
 from naiad.frontends.grpc.codec import (
     FINAL,
@@ -60,14 +61,15 @@ _CALL_ENDED = object()  # the call ended before its requests did: stop sending
 class _Entry:
     """One request of the stream and what is known of it so far."""
 
-    __slots__ = ("answer", "cancellation", "decoupled", "empty_final", "model_name",
-                 "queue", "refusal", "request", "request_id", "to_shm")
+    __slots__ = ("answer", "cancellation", "decoupled", "empty_final", "model",
+                 "model_name", "queue", "refusal", "request", "request_id", "to_shm")
 
     def __init__(self, message: Any, answers: queue.SimpleQueue[Any]) -> None:
         self.model_name: str = message.model_name
         self.request_id: str = message.id
         self.queue = answers
         self.request: InferenceRequest | None = None
+        self.model: Any = None  # the ModelVersion it runs on (classification reads it)
         self.to_shm: ShmTargets | None = None
         self.decoupled = False
         self.empty_final = False
@@ -148,6 +150,7 @@ class Stream:
             self._refuse(entry, exc)
             return
         entry.request = request
+        entry.model = model
         entry.decoupled = model.decoupled
         request.cancellation = entry.cancellation = Cancellation()
         if not entry.decoupled:
@@ -241,6 +244,7 @@ class Stream:
                                 final)
         assert entry.request is not None
         try:
+            response = classify_response(entry.model, entry.request, response)
             body = self.encoder.encode(entry.request, response, entry.to_shm)
         except InferenceServerError as err:  # e.g. an output too large for its region
             return stream_error(err.message, entry.request_id, entry.model_name, final)

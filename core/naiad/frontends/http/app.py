@@ -31,6 +31,7 @@ from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from naiad import logs
+from naiad.classification import classify_response
 from naiad.errors import InferenceServerError, http_status, invalid_arg
 from naiad.frontends.forwarding import header_forwarder
 from naiad.frontends.http.body import compress, decompress, pick_encoding, read_body
@@ -241,8 +242,8 @@ class HTTPFrontend:
                 response = await waiter.wait(future)
             # The version that ran it (request.model_version): the one found above, or the
             # one serving in its place when that one retired meanwhile (server._enter).
-            payload, json_length = encode_response(request, answer(request, response),
-                                                   request.model_version,
+            response = classify_response(model, request, answer(request, response))
+            payload, json_length = encode_response(request, response, request.model_version,
                                                    server.shared_memory,
                                                    self.max_response_size)
         except InferenceServerError as exc:
