@@ -79,6 +79,7 @@ def stop_sequences(body: dict[str, Any]) -> list[str]:
 
 def sampling(body: dict[str, Any]) -> dict[str, Any]:
     """The sampling parameters every model format carries, checked."""
+    vllm_extensions(body)
     return {
         "temperature": optional(body, "temperature", _NUMBER, "a valid number", 0, 2),
         "top_p": optional(body, "top_p", _NUMBER, "a valid number", 0, 1),
@@ -88,6 +89,24 @@ def sampling(body: dict[str, Any]) -> dict[str, Any]:
                                      -2, 2),
         "seed": optional(body, "seed", int, "a valid integer", 0),
     }
+
+
+def vllm_extensions(body: dict[str, Any]) -> None:
+    """Check the extensions to the spec Triton's schema takes (vLLM's sampling
+    parameters), when given."""
+    optional(body, "top_k", int, "a valid integer", -1)
+    optional(body, "min_tokens", int, "a valid integer", 0)
+    optional(body, "min_p", _NUMBER, "a valid number", 0, 1)
+    optional(body, "repetition_penalty", _NUMBER, "a valid number", 0)
+    optional(body, "length_penalty", _NUMBER, "a valid number")
+    for flag in ("ignore_eos", "skip_special_tokens", "spaces_between_special_tokens",
+                 "include_stop_str_in_output"):
+        optional(body, flag, bool, "a valid boolean")
+    stop_ids = body.get("stop_token_ids")
+    if stop_ids is not None and not (isinstance(stop_ids, list) and all(
+            isinstance(i, int) and not isinstance(i, bool) for i in stop_ids)):
+        raise invalid_field("Input should be a list of integers", ["stop_token_ids"],
+                            "list_type")
 
 
 def common_refusals(body: dict[str, Any]) -> None:

@@ -41,6 +41,22 @@ def _positive(value: str) -> int:
     return number
 
 
+class _Restriction(argparse.Action):
+    """Appends ``APIS HEADER VALUE`` and refuses an unknown or twice-restricted API at
+    once (a usage error, exit 2), with Triton's messages."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: object, option_string: str | None = None) -> None:
+        from naiad_frontend_openai.settings import parse_restrictions
+
+        given = [*getattr(namespace, self.dest, []), list(values)]  # type: ignore[call-overload]
+        try:
+            parse_restrictions(given)
+        except ValueError as exc:
+            raise argparse.ArgumentError(self, str(exc)) from None
+        setattr(namespace, self.dest, given)
+
+
 @hookimpl
 def naiad_frontend_options(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("OpenAI-compatible frontend (docs/openai.md)")
@@ -72,7 +88,7 @@ def naiad_frontend_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--openai-request-format", choices=REQUEST_FORMATS, default=None,
                        help="tensor format of every model (Triton's --backend): default "
                             "vllm's for backend 'vllm' models, TensorRT-LLM's for the rest")
-    group.add_argument("--openai-restricted-api", nargs=3, action="append", default=[],
+    group.add_argument("--openai-restricted-api", nargs=3, action=_Restriction, default=[],
                        metavar=("APIS", "HEADER", "VALUE"),
                        help="APIs (comma-separated: inference, model-repository, metrics, "
                             "health) answered only to requests with this header value "
