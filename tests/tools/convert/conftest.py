@@ -77,3 +77,16 @@ def cnn_run(convert_root: Path) -> Path:
     assert main([entry("make_cnn"), "--input", "image:FP32:batch,3,8,8", "-o", str(out),
                  "--model-name", "cnn", "--format", "torch-export", *QUICK]) == 0
     return out
+
+
+@pytest.fixture(scope="session")
+def no_onnx_run(convert_root: Path) -> Path:
+    """A model whose ONNX export fails (an op the exporter cannot handle): the repository
+    comes from TorchScript."""
+    from naiad_convert.cli import main
+
+    out = convert_root / "no-onnx"
+    assert main([entry("NoOnnx"), "--input", "x:FP32:batch,4", "-o", str(out),
+                 "--model-name", "no_onnx", "--formats", "torchscript-script,onnx",
+                 *QUICK]) == 0
+    return out

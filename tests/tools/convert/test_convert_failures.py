@@ -57,6 +57,15 @@ def test_a_broken_export_is_reported_and_another_format_chosen(branchy_run, caps
     assert (out / "repository" / "Branchy" / "1" / "model.pt").is_file()
 
 
+def test_an_op_the_onnx_exporter_cannot_handle_fails_that_format_only(no_onnx_run):
+    data = report(no_onnx_run)
+    assert statuses(data) == {"torchscript-script": "passed", "onnx": "export-failed"}
+    onnx = next(f for f in data["formats"] if f["name"] == "onnx")
+    assert "linalg_eigvals" in onnx["reason"] and "\n" not in onnx["reason"]
+    assert data["winner"] == "torchscript-script"
+    assert (no_onnx_run / "repository" / "no_onnx" / "1" / "model.pt").is_file()
+
+
 def test_a_second_run_resumes_from_the_progress_file(branchy_run, capsys):
     out, args, _ = branchy_run
     before = (out / "formats" / "torchscript-script" / "model.pt").stat().st_mtime_ns

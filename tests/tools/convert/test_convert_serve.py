@@ -16,7 +16,7 @@ import tritonclient.http as httpclient
 from conftest import QUICK, report, statuses
 from google.protobuf import text_format
 from naiad_convert.cli import main
-from tiny_models import MLP, make_cnn
+from tiny_models import MLP, NoOnnx, make_cnn
 from tritonclient.grpc import model_config_pb2
 
 from naiad.testing import naiad_server
@@ -102,19 +102,22 @@ def test_an_onnx_file_is_a_source(onnx_source_run):
 
 
 def test_tritonclient_answers_equal_the_original(mlp_run, cnn_run, onnx_source_run,
-                                                 tmp_path):
+                                                 no_onnx_run, tmp_path):
     repository = tmp_path / "models"
-    for run in (mlp_run, cnn_run, onnx_source_run):
+    for run in (mlp_run, cnn_run, onnx_source_run, no_onnx_run):
         for model in (run / "repository").iterdir():
             shutil.copytree(model, repository / model.name)
     rng = np.random.default_rng(7)
     x = rng.normal(size=(SERVED_BATCH, 16)).astype(np.float32)
     image = rng.normal(size=(SERVED_BATCH, 3, 8, 8)).astype(np.float32)
+    x4 = rng.normal(size=(SERVED_BATCH, 4)).astype(np.float32)
     with torch.inference_mode():
         mlp_want = MLP().eval()(torch.from_numpy(x)).numpy()
+        no_onnx_want = NoOnnx().eval()(torch.from_numpy(x4)).numpy()
         cnn_want = [t.numpy() for t in make_cnn().eval()(torch.from_numpy(image))]
     cases = {"mlp": ("x", x, {"OUTPUT__0": mlp_want}, report(mlp_run)),
              "mlp_onnx": ("x", x, {"OUTPUT__0": mlp_want}, report(onnx_source_run)),
+             "no_onnx": ("x", x4, {"OUTPUT__0": no_onnx_want}, report(no_onnx_run)),
              "cnn": ("image", image, {"OUTPUT__0": cnn_want[0], "OUTPUT__1": cnn_want[1]},
                      report(cnn_run))}
     with naiad_server("--model-repository", str(repository)) as server:

@@ -56,3 +56,17 @@ class Branchy(torch.nn.Module):
         if bool(y.sum() > 0):
             return y * 2
         return -y
+
+
+class NoOnnx(torch.nn.Module):
+    """Uses an op no ONNX exporter can handle (linalg_eigvals): the ONNX export fails, the
+    TorchScript and torch.export ones do not."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(SEED)
+        self.linear = torch.nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.linear(x)
+        return torch.linalg.eigvals(y.reshape(-1, 2, 2)).real.reshape(y.shape[0], -1)

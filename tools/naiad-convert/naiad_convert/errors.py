@@ -6,6 +6,8 @@ recorded in the report as failed, and another format is chosen.
 
 from __future__ import annotations
 
+import re
+
 EXIT_OK = 0
 EXIT_SOURCE = 1         # the model cannot be loaded or run at all
 EXIT_USAGE = 2          # bad arguments, or inputs that do not match the model
@@ -25,10 +27,13 @@ def usage_error(message: str) -> ConvertError:
     return ConvertError(message, EXIT_USAGE)
 
 
+_TERMINAL_COLOURS = re.compile(r"\x1b\[[0-9;]*m")
+
+
 def first_line(exc: BaseException, limit: int = 300) -> str:
     """The first non-empty line of an exception's message (framework errors run to pages),
-    cut to ``limit`` characters."""
-    for line in str(exc).splitlines():
+    without terminal colour codes, cut to ``limit`` characters."""
+    for line in _TERMINAL_COLOURS.sub("", str(exc)).splitlines():
         line = line.strip()
         if line:
             text = f"{type(exc).__name__}: {line}"
