@@ -23,7 +23,7 @@ from naiad.metrics.custom_metrics import CustomMetrics
 from naiad.metrics.histogram import Histogram
 from naiad.metrics.latency_histograms import distributions_for
 from naiad.metrics.stats import ModelStats
-from naiad.models.configure import configure
+from naiad.models.ensemble_links import composing_models, ensembles_calling
 from naiad.models.instances import expand_instance_groups
 from naiad.models.loader import load_version, stop_workers
 from naiad.models.progress import progress
@@ -40,9 +40,9 @@ from naiad.models.records import (
     loading_message,
 )
 from naiad.models.retire import Retirements
+from naiad.models.reuse import configure_and_fingerprint, unchanged_version
 from naiad.models.signature import ModelSignature
 from naiad.plugins import PluginManager
-from naiad.repository.fingerprint import ModelFingerprint, model_fingerprint
 from naiad.repository.mirror import RepositoryMirror
 from naiad.repository.scan import model_config_versions, model_folders
 from naiad.response_cache import ServerCache
@@ -321,7 +321,8 @@ class ModelManager:
             async with progress(f"model '{name}'", "reading its configuration",
                                 self.options.progress_s):
                 config, filled, fingerprint = await asyncio.to_thread(
-                    self._configure_and_fingerprint, name, path, config_override)
+                    configure_and_fingerprint, name, path, config_override, self.options,
+                    self.plugins)
             versions = model_config_versions(name, path, config)
         except InferenceServerError as exc:
             record.states[None] = (UNAVAILABLE, exc.message)
@@ -340,7 +341,7 @@ class ModelManager:
                       json_format.MessageToJson(config, preserving_proto_field_name=True))
 
         async def one(version: int) -> InferenceServerError | None:
-            kept = self._unchanged(old, version, config, config_json, fingerprint) \
+            kept = unchanged_version(old, version, config, config_json, fingerprint) \
                 if reuse else None
             if kept is not None:
                 record.versions[version] = kept
@@ -436,7 +437,7 @@ class ModelManager:
         ``unload_dependents`` (the repository API's parameter): ``name`` is an ensemble whose
         composing models, and theirs, go too (Triton's "dependents" are the models an
         ensemble depends on)."""
-        composing = self._composing_models(name) if unload_dependents else []
+        composing = composing_models(self.models, name) if unload_dependents else []
         for dependents in self._unloaded_with.values():
             dependents.discard(name)  # unloaded on purpose: no composing model brings it back
         await self._unload_with_dependents(name, set())
@@ -447,29 +448,13 @@ class ModelManager:
                 dependents.discard(model)
             await self._unload_with_dependents(model, set())
 
-    def _composing_models(self, name: str) -> list[str]:
-        """The models the loaded ensemble ``name`` calls, directly or through its composing
-        ensembles, in the order they are found."""
-        found: list[str] = []
-        pending = [name]
-        while pending:
-            record = self.models.get(pending.pop(0))
-            if record is None or record.latest is None \
-                    or record.latest.config.platform != ENSEMBLE:
-                continue
-            for step in record.latest.config.ensemble_scheduling.step:
-                if step.model_name not in found and step.model_name != name:
-                    found.append(step.model_name)
-                    pending.append(step.model_name)
-        return found
-
     async def _unload_with_dependents(self, name: str, seen: set[str]) -> None:
         # The ensembles go first, so that none is left calling a model that is gone.
         seen.add(name)
         record = self.models.get(name)
         if record is None or not record.versions:
             return  # nothing loaded: unloading succeeds, as in Triton
-        for ensemble in self._ensembles_calling(name):
+        for ensemble in ensembles_calling(self.models, name):
             self._unloaded_with.setdefault(name, set()).add(ensemble)
             if ensemble not in seen:  # ensembles may call each other
                 log.info("unloading ensemble '%s': it calls model '%s'", ensemble, name)
@@ -489,14 +474,6 @@ class ModelManager:
             if retiring is not None:  # an unload returns once the model is unloaded
                 await asyncio.shield(retiring)
             log.info("unloaded model '%s'", name)
-
-    def _ensembles_calling(self, name: str) -> list[str]:
-        """The loaded ensembles with a step that calls model ``name``."""
-        return sorted(
-            record.name for record in self.models.values()
-            if record.latest is not None and record.latest.config.platform == ENSEMBLE
-            and any(step.model_name == name
-                    for step in record.latest.config.ensemble_scheduling.step))
 
     async def _reload_dependents(self, name: str) -> None:
         """Load again the ensembles that unloading ``name`` took down (Triton does)."""
@@ -535,30 +512,6 @@ class ModelManager:
             record.states[version.version] = (UNAVAILABLE, "unloaded")
 
     # --- loading ------------------------------------------------------------------------
-
-    def _configure_and_fingerprint(self, name: str, path: Path, override: str | None
-                                   ) -> tuple[ModelConfig, list[str], ModelFingerprint | None]:
-        # The fingerprint first: a change made while the configuration is read then shows
-        # as a difference at the next poll instead of going unnoticed.
-        fingerprint = model_fingerprint(path) if self.options.track_files else None
-        config, filled = configure(name, path, override, self.options, self.plugins)
-        return config, filled, fingerprint
-
-    def _unchanged(self, old: ModelRecord | None, version: int, config: ModelConfig,
-                   config_json: dict, fingerprint: ModelFingerprint | None
-                   ) -> ModelVersion | None:
-        """The serving ``version`` of ``old`` when loading it again would change nothing:
-        same configuration, same files. Ensembles always load again, as in Triton."""
-        if old is None or config.platform == ENSEMBLE:
-            return None
-        serving = old.versions.get(version)
-        if serving is None or serving.fingerprint is None or fingerprint is None:
-            return None
-        if serving.config_json != config_json:
-            return None
-        if not serving.fingerprint.same_version_files(fingerprint, version):
-            return None
-        return serving
 
     async def _load_version_retrying(self, name: str, version: int, path: Path,
                                      config: ModelConfig, config_json: dict) -> ModelVersion:
