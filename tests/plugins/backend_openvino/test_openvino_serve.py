@@ -48,11 +48,20 @@ max_batch_size: 8
 input [ {{ name: "INPUT" data_type: TYPE_FP32 dims: [ {FEATURES} ] }} ]
 output [ {{ name: "OUTPUT" data_type: TYPE_FP32 dims: [ {CLASSES} ] }} ]
 instance_group [ {{ count: 2 kind: KIND_CPU }} ]
-dynamic_batching {{ max_queue_delay_microseconds: 1000000 preferred_batch_size: [ 6 ] }}
+dynamic_batching {{ }}
+response_cache {{ enable: true }}
+model_warmup [ {{ name: "zeros" batch_size: 2 inputs {{ key: "INPUT" value: {{
+  data_type: TYPE_FP32 dims: [ {FEATURES} ] zero_data: true }} }} }} ]
 parameters {{ key: "INFERENCE_NUM_THREADS" value: {{ string_value: "1" }} }}
 parameters {{ key: "NUM_STREAMS" value: {{ string_value: "1" }} }}
 parameters {{ key: "PERFORMANCE_HINT" value: {{ string_value: "latency" }} }}
 """
+
+
+# Concurrent requests wait up to a second for company: one execution answers them all.
+BATCHED_CONFIG = MLP_CONFIG.replace(
+    "dynamic_batching { }",
+    "dynamic_batching { max_queue_delay_microseconds: 1000000 preferred_batch_size: [ 6 ] }")
 
 
 def fixed_batch_config(padding: bool) -> str:
@@ -64,6 +73,21 @@ def fixed_batch_config(padding: bool) -> str:
             f'parameters {{ key: "SKIP_OV_DYNAMIC_BATCHSIZE" value: {{ string_value: "YES" }} }}'
             f'\n{pad}')
 
+
+# The same ONNX MLP run by OpenVINO and by ONNX Runtime side by side, in one ensemble.
+ENSEMBLE = f"""
+platform: "ensemble"
+max_batch_size: 8
+input [ {{ name: "ROWS" data_type: TYPE_FP32 dims: [ {FEATURES} ] }} ]
+output [ {{ name: "BY_OPENVINO" data_type: TYPE_FP32 dims: [ {CLASSES} ] }},
+         {{ name: "BY_ONNXRUNTIME" data_type: TYPE_FP32 dims: [ {CLASSES} ] }} ]
+ensemble_scheduling {{ step [
+  {{ model_name: "mlp_ir" model_version: -1 input_map {{ key: "INPUT" value: "ROWS" }}
+     output_map {{ key: "OUTPUT" value: "BY_OPENVINO" }} }},
+  {{ model_name: "mlp_onnxruntime" model_version: -1 input_map {{ key: "INPUT" value: "ROWS" }}
+     output_map {{ key: "OUTPUT" value: "BY_ONNXRUNTIME" }} }}
+] }}
+"""
 
 BROKEN = {
     "bad_hint": (MLP_CONFIG.replace('"latency"', '"fastest"'),
@@ -79,6 +103,11 @@ BROKEN = {
                                        "data_type: TYPE_FP64 dims: [ 3 ]"),
                     ("FP64", "does not support")),
     "not_a_model": (MLP_CONFIG, ("OpenVINO cannot read", "model.xml")),
+    # Warmup runs through the backend: a sample the model refuses fails the load.
+    "warmup_refused": (fixed_batch_config(padding=False) + 'model_warmup [ { name: "two" '
+                       'batch_size: 2 inputs { key: "INPUT" value: { data_type: TYPE_FP32 '
+                       f'dims: [ {FEATURES} ] zero_data: true }} }} }} ]\n',
+                       ("ENABLE_BATCH_PADDING", "got '2'")),
 }
 
 
@@ -113,9 +142,13 @@ def server(built, tmp_path_factory) -> Iterator[ServerProcess]:
     root = tmp_path_factory.mktemp("openvino_repo")
     add(root, "mlp_ir", MLP_CONFIG, ir)
     add(root, "mlp_auto", None, ir)
+    add(root, "mlp_batched", BATCHED_CONFIG, ir)
     add(root, "mlp_triton_sample", TRITON_IR_SAMPLE, ir)
     add(root, "mlp_onnx", 'backend: "openvino"\ndefault_model_filename: "model.onnx"\n'
         'max_batch_size: 8\n', {"model.onnx": work / "mlp.onnx"})
+    add(root, "mlp_onnxruntime", 'backend: "onnxruntime"\nmax_batch_size: 8\n',
+        {"model.onnx": work / "mlp.onnx"})
+    add(root, "both_runtimes", ENSEMBLE, {})
     add(root, "mlp_fixed", fixed_batch_config(padding=False), ir)
     add(root, "mlp_padded", fixed_batch_config(padding=True), ir)
     add(root, "i64", 'backend: "openvino"\nmax_batch_size: 4\n'
@@ -126,7 +159,8 @@ def server(built, tmp_path_factory) -> Iterator[ServerProcess]:
         add(root, name, config, {} if name == "not_a_model" else ir)
     (root / "not_a_model" / "1" / "model.xml").write_text("<net>not an IR</net>")
     with naiad_server("--model-repository", str(root), "--exit-on-error=false",
-                      "--strict-readiness=false") as process:
+                      "--strict-readiness=false", "--cache-config",
+                      "local,size=1048576") as process:
         yield process
 
 
@@ -185,13 +219,13 @@ def test_two_instances_answer_a_dynamic_batch(server, built):
     answers: queue.Queue = queue.Queue()
     sent = {}
     with client(server, "grpc") as c:
-        before = c.get_inference_statistics("mlp_ir").model_stats[0]
+        before = c.get_inference_statistics("mlp_batched").model_stats[0]
         for i in range(6):
             x = rows(1, seed=50 + i)
             sent[i] = x
             tensor = grpcclient.InferInput("INPUT", [1, FEATURES], "FP32")
             tensor.set_data_from_numpy(x)
-            c.async_infer("mlp_ir", [tensor],
+            c.async_infer("mlp_batched", [tensor],
                           callback=lambda result, error, i=i: answers.put((i, result, error)))
         for _ in range(6):
             i, result, error = answers.get(timeout=60)
@@ -199,7 +233,7 @@ def test_two_instances_answer_a_dynamic_batch(server, built):
             np.testing.assert_allclose(result.as_numpy("OUTPUT"),
                                        reference(built["weights"], sent[i]), rtol=1e-3,
                                        atol=5e-4)
-        after = c.get_inference_statistics("mlp_ir").model_stats[0]
+        after = c.get_inference_statistics("mlp_batched").model_stats[0]
     assert after.inference_count - before.inference_count == 6
     assert after.execution_count - before.execution_count == 1
 
@@ -231,3 +265,27 @@ def test_a_model_openvino_cannot_serve_fails_its_load_saying_why(server):
         assert entry["state"] == "UNAVAILABLE", entry
         for fragment in (name, *fragments):
             assert fragment in entry["reason"], (name, fragment, entry["reason"])
+
+
+def test_an_ensemble_runs_openvino_beside_onnxruntime(server, built):
+    x = rows(3, seed=9)
+    for protocol in PROTOCOLS:
+        module = CLIENTS[protocol]
+        tensor = module.InferInput("ROWS", list(x.shape), "FP32")
+        tensor.set_data_from_numpy(x)
+        with client(server, protocol) as c:
+            result = c.infer("both_runtimes", [tensor])
+        np.testing.assert_allclose(result.as_numpy("BY_OPENVINO"),
+                                   result.as_numpy("BY_ONNXRUNTIME"), rtol=1e-3, atol=1e-4)
+        np.testing.assert_allclose(result.as_numpy("BY_OPENVINO"),
+                                   reference(built["weights"], x), rtol=1e-3, atol=5e-4)
+
+
+def test_a_warmed_up_model_serves_and_the_response_cache_answers_a_repeat(server):
+    x = rows(2, seed=77)
+    first = infer(server, "http", "mlp_ir", x)
+    again = infer(server, "grpc", "mlp_ir", x)
+    np.testing.assert_array_equal(first, again)
+    with client(server, "http") as c:
+        stats = c.get_inference_statistics("mlp_ir")["model_stats"][0]["inference_stats"]
+    assert stats["cache_hit"]["count"] >= 1, stats

@@ -8,7 +8,8 @@ writes FOLDER/repo (a model repository) and FOLDER/expected.npz (inputs and answ
 - ``module_default`` / ``module_scaled``: a ``tf.Module`` SavedModel with two signatures
   (``serving_default``: a matmul and ``tf.strings.upper`` on BYTES; ``scaled``), the second
   chosen with ``TF_SIGNATURE_DEF``;
-- ``keras_graphdef``: the Keras model frozen into a GraphDef (``model.graphdef``).
+- ``keras_graphdef``: the Keras model frozen into a GraphDef (``model.graphdef``);
+- ``keras_cached``: the Keras SavedModel with warmup and the response cache.
 """
 
 from __future__ import annotations
@@ -57,6 +58,14 @@ def main(folder: Path) -> None:
     model.export(str(repo / "keras_auto" / "1" / "model.savedmodel"), verbose=False)
     for n in (1, 3):
         expected[f"keras_{n}"] = np.asarray(model(x[n]))
+    expected["keras_doubled_3"] = np.asarray(model(2 * x[3]))  # the ensemble's answer
+    (repo / "keras_cached" / "1").mkdir(parents=True)
+    model.export(str(repo / "keras_cached" / "1" / "model.savedmodel"), verbose=False)
+    (repo / "keras_cached" / "config.pbtxt").write_text(
+        'platform: "tensorflow_savedmodel"\nmax_batch_size: 4\n'
+        'response_cache { enable: true }\n'
+        'model_warmup [ { name: "ones" batch_size: 2 inputs { key: "features" value: { '
+        f'data_type: TYPE_FP32 dims: [ {FEATURES} ] random_data: true }} }} }} ]\n')
 
     module = Module()
     for name in ("module_default", "module_scaled"):

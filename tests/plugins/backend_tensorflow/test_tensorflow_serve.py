@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib.util
 import subprocess
 import sys
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -39,13 +40,43 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, np.
                    capture_output=True, timeout=BUILD_SECONDS)
     with np.load(folder / "expected.npz", allow_pickle=True) as data:
         expected = {key: data[key] for key in data.files}
+    write_ensemble(folder / "repo")
     return folder / "repo", expected
+
+
+def write_ensemble(repo: Path) -> None:
+    """An ONNX step doubling the features, then the Keras SavedModel."""
+    onnx = pytest.importorskip("onnx", reason="onnx is not installed (for the ensemble step)")
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph(
+        [helper.make_node("Add", ["INPUT", "INPUT"], ["DOUBLED"])], "double",
+        [helper.make_tensor_value_info("INPUT", TensorProto.FLOAT, [None, 4])],
+        [helper.make_tensor_value_info("DOUBLED", TensorProto.FLOAT, [None, 4])])
+    (repo / "double" / "1").mkdir(parents=True)
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]),
+              str(repo / "double" / "1" / "model.onnx"))
+    (repo / "doubled_keras" / "1").mkdir(parents=True)
+    (repo / "doubled_keras" / "config.pbtxt").write_text("""
+platform: "ensemble"
+max_batch_size: 4
+input [ { name: "ROWS" data_type: TYPE_FP32 dims: [ 4 ] } ]
+output [ { name: "PROBABILITIES" data_type: TYPE_FP32 dims: [ 3 ] } ]
+ensemble_scheduling { step [
+  { model_name: "double" model_version: -1
+    input_map { key: "INPUT" value: "ROWS" } output_map { key: "DOUBLED" value: "D" } },
+  { model_name: "keras_auto" model_version: -1
+    input_map { key: "features" value: "D" }
+    output_map { key: "output_0" value: "PROBABILITIES" } }
+] }
+""")
 
 
 @pytest.fixture(scope="module")
 def server(built) -> Iterator[ServerProcess]:
     with naiad_server("--model-repository", str(built[0]), "--exit-on-error=false",
-                      "--strict-readiness=false", ready_timeout=120) as process:
+                      "--strict-readiness=false", "--cache-config", "local,size=1048576",
+                      ready_timeout=120) as process:
         yield process
 
 
@@ -145,3 +176,29 @@ def test_a_wrong_shape_is_refused_and_the_model_keeps_serving(server, built, pro
     [got] = infer(server, protocol, "keras_auto", [("features", "FP32", expected["x1"])],
                   ["output_0"])
     np.testing.assert_allclose(got, expected["keras_1"], rtol=1e-6, atol=1e-7)
+
+
+def test_an_ensemble_feeds_an_onnx_step_into_a_savedmodel(server, built):
+    expected = built[1]
+    for protocol in PROTOCOLS:
+        [got] = infer(server, protocol, "doubled_keras", [("ROWS", "FP32", expected["x3"])],
+                      ["PROBABILITIES"])
+        np.testing.assert_allclose(got, expected["keras_doubled_3"], rtol=1e-5, atol=1e-6)
+
+
+def test_warmup_statistics_metrics_and_the_response_cache(server, built):
+    # keras_cached has a model_warmup sample: it loaded (a warmup that fails fails the load).
+    expected = built[1]
+    for protocol in PROTOCOLS:  # the second is answered from the cache
+        [got] = infer(server, protocol, "keras_cached", [("features", "FP32", expected["x3"])],
+                      ["output_0"])
+        np.testing.assert_allclose(got, expected["keras_3"], rtol=1e-6, atol=1e-7)
+    with client(server, "http") as c:
+        stats = c.get_inference_statistics("keras_cached")["model_stats"][0]
+    assert stats["inference_stats"]["cache_hit"]["count"] == 1, stats
+    assert stats["execution_count"] == 1, stats  # warmup is not counted, as in Triton
+    metrics = urllib.request.urlopen(f"http://127.0.0.1:{server.metrics_port}/metrics",
+                                     timeout=10).read().decode()
+    # Two requests of 3 rows, one a cache hit: Triton counts 2 successes and 3 inferences.
+    assert 'nv_inference_request_success{model="keras_cached",version="1"} 2' in metrics
+    assert 'nv_inference_count{model="keras_cached",version="1"} 3' in metrics
