@@ -17,12 +17,16 @@ Triton (its folders come last on ``sys.path``). A sibling imported lazily (insid
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import importlib.abc
 import importlib.machinery
 import importlib.util
 import itertools
 import os
+import shutil
 import sys
+import tempfile
 import threading
 import types
 from collections.abc import Iterator, Sequence
@@ -76,6 +80,7 @@ def import_model(model_file: str | Path) -> types.ModuleType:
         if spec is None or spec.loader is None:
             raise ImportError(f"cannot import {model_file}")
         module = importlib.util.module_from_spec(spec)
+        _importable_alias(package_name, folders[0])
         sys.modules[package_name] = package
         sys.modules[spec.name] = module
         try:
@@ -87,6 +92,23 @@ def import_model(model_file: str | Path) -> types.ModuleType:
         return module
 
 
+_alias_dir: str | None = None
+
+
+def _importable_alias(package_name: str, version_dir: str) -> None:
+    """A folder on ``sys.path`` where ``package_name`` names the version folder, so that a
+    process the model starts with multiprocessing's spawn (which imports the model's
+    modules by name, as PyTriton's proxy model does for its tensor store) finds them too.
+    The folder is this process's own and goes when it exits."""
+    global _alias_dir
+    if _alias_dir is None:
+        _alias_dir = tempfile.mkdtemp(prefix=f"naiad-models-{os.getpid()}-")
+        atexit.register(shutil.rmtree, _alias_dir, True)
+        sys.path.append(_alias_dir)
+    with contextlib.suppress(OSError):
+        os.symlink(version_dir, os.path.join(_alias_dir, package_name))
+
+
 def forget_model(module: types.ModuleType) -> None:
     """Drop a module made by :func:`import_model` (and its package's submodules)."""
     package_name = module.__name__.rpartition(".")[0]
@@ -94,6 +116,9 @@ def forget_model(module: types.ModuleType) -> None:
         return
     for name in [n for n in sys.modules if n == package_name or n.startswith(package_name + ".")]:
         del sys.modules[name]
+    if _alias_dir is not None:
+        with contextlib.suppress(OSError):
+            os.unlink(os.path.join(_alias_dir, package_name))
 
 
 @contextmanager
