@@ -22,7 +22,7 @@ from naiad_convert.errors import EXIT_NO_FORMAT, ConvertError, first_line
 from naiad_convert.formats import ExportSettings, Format, format_named
 from naiad_convert.repository import write_model
 from naiad_convert.samples import InputArg, Samples, load_samples
-from naiad_convert.serving import ServeSettings, measure_served, served_models
+from naiad_convert.serving import ServedCheck, ServeSettings, measure_served, served_models
 from naiad_convert.source import Source, load_source, reference_outputs
 from naiad_convert.state import (
     CHECK_FAILED,
@@ -222,7 +222,8 @@ class Pipeline:
 
     # --- serving ----------------------------------------------------------------------
     def time_served(self, passed: Sequence[FormatResult], samples: Samples,
-                    inputs: list[TensorSpec], outputs: list[TensorSpec]) -> None:
+                    inputs: list[TensorSpec], outputs: list[TensorSpec],
+                    check: ServedCheck) -> None:
         serve = self.settings.serve
         todo = [r for r in passed if not r.served_done]
         if serve is None or not todo:
@@ -237,7 +238,8 @@ class Pipeline:
                         self.settings.export.max_batch_size, None, None)
         self.say(f"serving {len(todo)} format(s) with naiad serve for naiad perf")
         measured = measure_served(repository, names, samples, serve,
-                                  self.settings.output / SERVED_FOLDER / "server.log", self.say)
+                                  self.settings.output / SERVED_FOLDER / "server.log", self.say,
+                                  check)
         for result in todo:
             figures = measured.get(result.name, "not measured")
             if isinstance(figures, str):
@@ -269,7 +271,9 @@ class Pipeline:
         for result in results:
             self.time_format(format_named(result.name), source, samples)
         passed = [r for r in results if r.status == PASSED]
-        self.time_served(passed, samples, inputs, outputs)
+        # naiad's answers on the largest check batch, before its timings count
+        self.time_served(passed, samples, inputs, outputs,
+                         ServedCheck(batches[-1], references[-1], settings.tolerance))
         winner = self.choose(passed)
         repository = preferred = None
         if winner is not None:
@@ -283,9 +287,9 @@ class Pipeline:
                        preferred, time.perf_counter() - started)
 
     def choose(self, passed: Sequence[FormatResult]) -> FormatResult | None:
-        """``--format X`` when it passed; else the highest throughput: served by naiad when
-        any format was (one naiad could not serve then ranks last), in process otherwise.
-        A format that failed is never chosen."""
+        """``--format X`` when it passed; else the highest throughput: among the formats
+        naiad served right when any was (one it could not load or that answered wrong is
+        not chosen), in process otherwise. A format that failed is never chosen."""
         chosen = self.settings.chosen_format
         if chosen is not None:
             for result in passed:
@@ -294,8 +298,10 @@ class Pipeline:
             failed = self.progress.result(chosen)
             raise ConvertError(f"--format {chosen}: {failed.status or 'not run'}: "
                                f"{failed.reason}", EXIT_NO_FORMAT)
-        served = any(r.served for r in passed)
-        return max(passed, key=lambda r: r.best_throughput(served), default=None)
+        served = [r for r in passed if r.served]
+        if served:  # a format naiad could not serve, or served wrong, is not chosen
+            return max(served, key=lambda r: r.best_throughput(True))
+        return max(passed, key=lambda r: r.best_throughput(False), default=None)
 
     def preferred_batch_size(self, winner: FormatResult) -> int | None:
         """The batch size where the winner's in-process throughput peaked."""

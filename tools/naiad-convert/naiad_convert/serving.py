@@ -12,6 +12,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
+from naiad_convert.check import Tolerance, compare
 from naiad_convert.errors import ConvertError, first_line
 from naiad_convert.samples import Samples
 
@@ -48,12 +51,24 @@ def write_perf_json(samples: Samples, path: Path) -> None:
     path.write_text(json.dumps({"data": steps}))
 
 
+@dataclass(frozen=True)
+class ServedCheck:
+    """What a served model must answer: ``want`` for ``inputs``, within ``tolerance``."""
+
+    inputs: dict[str, np.ndarray]
+    want: dict[str, np.ndarray]
+    tolerance: Tolerance
+
+
 def measure_served(repository: Path, models: dict[str, str], samples: Samples,
                    settings: ServeSettings, log_copy: Path,
-                   progress: Callable[[str], None]) -> dict[str, Any]:
-    """Serve ``repository`` (``models``: format name -> model name in it) and measure each
-    model. Returns format name -> list of measurement dicts, or an error string when that
-    model could not be measured. The server's log is copied to ``log_copy``."""
+                   progress: Callable[[str], None],
+                   check: ServedCheck | None = None) -> dict[str, Any]:
+    """Serve ``repository`` (``models``: format name -> model name in it), check each
+    model's answers (``check``: tritonclient against the original's outputs) and measure
+    it. Returns format name -> list of measurement dicts, or an error string when that
+    model could not be loaded, answered wrong or could not be measured. The server's log is
+    copied to ``log_copy``."""
     try:
         from naiad.testing import naiad_server
     except ImportError:
@@ -84,6 +99,12 @@ def measure_served(repository: Path, models: dict[str, str], samples: Samples,
             if loaded:
                 results[fmt] = f"naiad serve did not load it: {loaded}"
                 progress(f"[{fmt}] served: {results[fmt]}")
+                continue
+            wrong = _served_answers(server.http_url, model, check) if check else ""
+            if wrong:
+                results[fmt] = f"naiad serve answers differ from the original: {wrong}"
+                progress(f"[{fmt}] served: {results[fmt]}")
+                _unload(server.http_url, model)
                 continue
             try:
                 for batch in settings.batch_sizes:
@@ -150,3 +171,31 @@ def _unload(url: str, model: str) -> None:
         pass  # measured already; a failed unload costs memory, not figures
     finally:
         client.close()
+
+
+def _served_answers(url: str, model: str, check: ServedCheck) -> str:
+    """One request with the check inputs through tritonclient; what differs, or ''."""
+    import tritonclient.http as httpclient
+    from tritonclient.utils import InferenceServerException, np_to_triton_dtype
+
+    client = httpclient.InferenceServerClient(url)
+    try:
+        given = []
+        for name, array in check.inputs.items():
+            tensor = httpclient.InferInput(name, list(array.shape),
+                                           np_to_triton_dtype(array.dtype))
+            tensor.set_data_from_numpy(np.ascontiguousarray(array))
+            given.append(tensor)
+        result = client.infer(model, given)
+        got = {name: result.as_numpy(name) for name in check.want}
+    except InferenceServerException as exc:
+        return f"the request failed: {exc.message() or exc}"
+    finally:
+        client.close()
+    got = {name: value for name, value in got.items() if value is not None}
+    failing = [c for c in compare(check.want, got, check.tolerance) if not c.passed]
+    if not failing:
+        return ""
+    worst = failing[0]
+    return f"output '{worst.name}': " + (worst.problem or f"max abs error "
+                                          f"{worst.max_abs_error:.3g}")
