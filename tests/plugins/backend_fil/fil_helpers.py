@@ -56,6 +56,7 @@ class Served:
 
     name: str
     expected: Any  # rows -> the FP32 array FIL answers with (its shape included)
+    features: int = FEATURES  # the model's input width
 
 
 def write(repo: Path, name: str, filename: str, text: str, save: Any) -> Path:
@@ -139,4 +140,63 @@ def build_repository(repo: Path) -> dict[str, Served]:
           lambda p: treelite.sklearn.import_model(forest).serialize(str(p)))
     models["sklearn_forest_class"] = Served(
         "sklearn_forest_class", lambda r: forest.predict(r).astype(np.float32))
+    # Triton FIL's documented example configuration (docs/model_config.md), unmodified: 32
+    # features, XGBoost UBJSON, class output, KIND_AUTO, dynamic batching.
+    wide_x = np.random.default_rng(5).normal(size=(ROWS, 32)).astype(np.float32)
+    wide = xgb.XGBClassifier(n_estimators=6, max_depth=3).fit(wide_x, wide_x[:, 3] > 0)
+    folder = repo / "triton_docs_example" / "1"
+    folder.mkdir(parents=True)
+    (repo / "triton_docs_example" / "config.pbtxt").write_text(TRITON_DOCS_CONFIG)
+    wide.save_model(str(folder / "xgboost.ubj"))
+    models["triton_docs_example"] = Served(
+        "triton_docs_example", lambda r: wide.predict(widen(r)).astype(np.float32),
+        features=32)
+    # FIL's tuning parameters, GPU-only ones included: accepted, the answers unchanged.
+    write(repo, "xgb_tuned", "xgboost.json",
+          config("xgb_tuned", "xgboost_json", True, 2, predict_proba=True,
+                 extra="".join(f'parameters {{ key: "{k}" value: {{ string_value: "{v}" }} }}\n'
+                               for k, v in TUNING.items())),
+          lambda p: clf.save_model(str(p)))
+    models["xgb_tuned"] = Served("xgb_tuned", lambda r: clf.predict_proba(r).astype(np.float32))
     return models
+
+
+TRITON_DOCS_CONFIG = """backend: "fil"
+max_batch_size: 32768
+input [
+ {
+    name: "input__0"
+    data_type: TYPE_FP32
+    dims: [ 32 ]
+  }
+]
+output [
+ {
+    name: "output__0"
+    data_type: TYPE_FP32
+    dims: [ 1 ]
+  }
+]
+instance_group [{ kind: KIND_AUTO }]
+parameters [
+  {
+    key: "model_type"
+    value: { string_value: "xgboost_ubj" }
+  },
+  {
+    key: "output_class"
+    value: { string_value: "true" }
+  }
+]
+
+dynamic_batching {}
+"""
+
+TUNING = {"use_experimental_optimizations": "true", "storage_type": "SPARSE",
+          "algo": "NAIVE", "threads_per_tree": "4", "blocks_per_sm": "2",
+          "transfer_threshold": "2", "cpu_nthread": "1", "xgboost_allow_unknown_field": "true"}
+
+
+def widen(rows: np.ndarray) -> np.ndarray:
+    """The test rows (FEATURES wide) repeated to 32 features, for the documented example."""
+    return np.tile(rows, (1, -(-32 // rows.shape[1])))[:, :32]

@@ -14,7 +14,16 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
-from fil_helpers import FEATURES, Served, build_repository, config, samples, training_data, xgb
+from fil_helpers import (
+    FEATURES,
+    Served,
+    build_repository,
+    config,
+    samples,
+    training_data,
+    widen,
+    xgb,
+)
 from tritonclient.utils import InferenceServerException
 
 from naiad.testing import ServerProcess, naiad_server
@@ -148,7 +157,8 @@ def test_every_format_answers_as_its_framework(server, repo, protocol, rows):
     models = repo[1]
     x = samples(rows, seed=rows)
     for name, served in models.items():
-        got = infer(server, protocol, name, x)
+        rows_in = x if served.features == FEATURES else widen(x)
+        got = infer(server, protocol, name, rows_in)
         want = served.expected(x)
         assert got.dtype == np.float32, name
         # FIL's shapes: [batch] for dims [1] (FIL squeezes them), [batch, n] otherwise.
