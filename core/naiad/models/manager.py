@@ -47,6 +47,7 @@ from naiad.repository.mirror import RepositoryMirror
 from naiad.repository.scan import model_config_versions, model_folders
 from naiad.response_cache import ServerCache
 from naiad.scheduling.base import Scheduler, SchedulingContext
+from naiad.scheduling.ensemble_plan import decoupled_steps
 from naiad.scheduling.rate_limiter import RateLimitedWorker
 from naiad.types import InferenceClient
 
@@ -331,6 +332,9 @@ class ModelManager:
             raise
         if config.platform == ENSEMBLE:
             await self._load_steps(name, config)
+            if decoupled_steps(config, self.get):
+                # As Triton: an ensemble with a decoupled step is decoupled (it streams).
+                config.model_transaction_policy.decoupled = True
         config_json = config_to_json(config)
         log.info("model '%s': backend %s, version(s) %s, %s%s", name,
                  config.backend or config.platform, ", ".join(map(str, versions)) or "none",

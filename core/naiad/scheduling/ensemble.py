@@ -12,6 +12,8 @@ next request; a step whose model is gone fails that request with the reason.
 No thread or task waits for a step: each step's future calls back when it is done (on the
 thread that finished it, usually the step model's instance thread), and that callback sends
 the steps that were waiting for it.
+
+An ensemble with a decoupled step streams: see :mod:`naiad.scheduling.ensemble_stream`.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from naiad.scheduling.base import (
 )
 from naiad.scheduling.default import batch_size_of
 from naiad.scheduling.ensemble_plan import EnsemblePlan, EnsembleStep, build_plan, check_steps
+from naiad.scheduling.ensemble_stream import StreamRun
 from naiad.types import InferenceRequest, InferenceResponse, RequestedOutput, Tensor
 
 DRAIN_POLL_S = 0.005
@@ -55,13 +58,9 @@ class EnsembleScheduler(Scheduler):
         self.plan: EnsemblePlan = build_plan(context.config)
         check_steps(self.plan, context.config,
                     lambda name, version: self.lookup(name, version).signature)
-        for step in self.plan.steps:
-            if self.lookup(step.model_name, step.model_version).decoupled:
-                # Triton streams such an ensemble's responses; naiad's ensembles run each
-                # step once per request, so the load says so instead of losing responses.
-                raise unsupported(f"ensemble '{self.name}' {step.describe()}: the model is "
-                                  f"decoupled, and naiad's ensembles do not support "
-                                  f"decoupled steps yet")
+        # With a decoupled step the ensemble is decoupled (the model manager marked its
+        # config, as Triton does): its requests stream (naiad.scheduling.ensemble_stream).
+        self.streams = context.config.model_transaction_policy.decoupled
         # By step index (the config's order, not the plan's): the steps that read what a
         # step writes, and how many steps each one waits for.
         self.followers: list[list[EnsembleStep]] = [[] for _ in self.plan.steps]
@@ -78,7 +77,14 @@ class EnsembleScheduler(Scheduler):
         answer: Future[InferenceResponse] = LightFuture(running=True)
         with self._count_lock:
             self._in_flight += 1
-        _Run(self, request, answer).start()
+        if request.sender is not None:
+            StreamRun(self, request, answer).start()
+        elif self.streams:
+            self._finished(request, answer, InferenceResponse(error=unsupported(
+                f"ensemble '{self.name}' is decoupled (a step is): its responses stream; "
+                f"send it through a stream (gRPC ModelStreamInfer, generate_stream)")))
+        else:
+            _Run(self, request, answer).start()
         return answer
 
     async def drain(self) -> None:

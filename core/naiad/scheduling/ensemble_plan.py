@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
@@ -98,6 +99,21 @@ def build_plan(config: ModelConfig) -> EnsemblePlan:
         raise _problem(name, f"ensemble input(s) {', '.join(repr(u) for u in unused)} are "
                              f"not read by any step")
     return EnsemblePlan(name, tuple(ordered), outputs)
+
+
+def decoupled_steps(config: ModelConfig, lookup: Callable[[str, str], Any]) -> list[str]:
+    """The models of the ensemble's steps that are decoupled (``lookup(name, version)``
+    gives the serving model; one that cannot be had is left to :func:`check_steps`).
+    Triton marks such an ensemble decoupled: each of their responses flows on."""
+    found = []
+    for step in config.ensemble_scheduling.step:
+        version = "" if step.model_version < 0 else str(step.model_version)
+        try:
+            if lookup(step.model_name, version).decoupled:
+                found.append(step.model_name)
+        except InferenceServerError:
+            continue
+    return found
 
 
 def check_steps(plan: EnsemblePlan, config: ModelConfig, lookup: SignatureLookup) -> None:
