@@ -281,6 +281,102 @@ class TritonPythonModel:
 '''
 
 
+# A TensorRT-LLM-shaped ensemble: preprocessing -> a decoupled step -> postprocessing.
+ENSEMBLE_PRE_CONFIG = """
+backend: "python"
+max_batch_size: 0
+input [
+  { name: "text_input" data_type: TYPE_STRING dims: [ 1, 1 ] },
+  { name: "max_tokens" data_type: TYPE_INT32 dims: [ 1, 1 ] }
+]
+output [ { name: "WORDS" data_type: TYPE_STRING dims: [ -1 ] } ]
+"""
+ENSEMBLE_PRE_MODEL = '''
+"""The words after the prompt's last "SAY:", at most max_tokens of them."""
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            prompt = pb_utils.get_input_tensor_by_name(
+                request, "text_input").as_numpy().reshape(-1)[0].decode()
+            limit = int(pb_utils.get_input_tensor_by_name(
+                request, "max_tokens").as_numpy().reshape(-1)[0])
+            words = prompt.rsplit("SAY:", 1)[-1].split("\\n", 1)[0].split()[:limit]
+            responses.append(pb_utils.InferenceResponse([pb_utils.Tensor(
+                "WORDS", np.array([w.encode() for w in words] or [b""], dtype=object))]))
+        return responses
+'''
+ENSEMBLE_GEN_CONFIG = """
+backend: "python"
+max_batch_size: 0
+model_transaction_policy { decoupled: true }
+input [ { name: "WORDS" data_type: TYPE_STRING dims: [ -1 ] } ]
+output [ { name: "WORD" data_type: TYPE_STRING dims: [ 1 ] } ]
+"""
+ENSEMBLE_GEN_MODEL = '''
+"""One response per word."""
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        for request in requests:
+            sender = request.get_response_sender()
+            for word in pb_utils.get_input_tensor_by_name(request, "WORDS").as_numpy():
+                if word:
+                    sender.send(pb_utils.InferenceResponse([pb_utils.Tensor(
+                        "WORD", np.array([word], dtype=object))]))
+            sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+        return None
+'''
+ENSEMBLE_POST_CONFIG = """
+backend: "python"
+max_batch_size: 0
+input [ { name: "WORD" data_type: TYPE_STRING dims: [ 1 ] } ]
+output [ { name: "text_output" data_type: TYPE_STRING dims: [ 1, 1 ] } ]
+"""
+ENSEMBLE_POST_MODEL = '''
+"""The word and a space: the text the client reads."""
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        return [pb_utils.InferenceResponse([pb_utils.Tensor("text_output", np.array(
+            [[pb_utils.get_input_tensor_by_name(r, "WORD").as_numpy()[0] + b" "]],
+            dtype=object))]) for r in requests]
+'''
+ENSEMBLE_CONFIG = """
+platform: "ensemble"
+max_batch_size: 0
+input [
+  { name: "text_input" data_type: TYPE_STRING dims: [ 1, 1 ] },
+  { name: "max_tokens" data_type: TYPE_INT32 dims: [ 1, 1 ] }
+]
+output [ { name: "text_output" data_type: TYPE_STRING dims: [ 1, 1 ] } ]
+ensemble_scheduling {
+  step [
+    { model_name: "llm_pre" model_version: -1
+      input_map { key: "text_input" value: "text_input" }
+      input_map { key: "max_tokens" value: "max_tokens" }
+      output_map { key: "WORDS" value: "words" } },
+    { model_name: "llm_gen" model_version: -1
+      input_map { key: "WORDS" value: "words" }
+      output_map { key: "WORD" value: "word" } },
+    { model_name: "llm_post" model_version: -1
+      input_map { key: "WORD" value: "word" }
+      output_map { key: "text_output" value: "text_output" } }
+  ]
+}
+"""
+
+
 def _model(repository: Path, name: str, config: str, source: str,
            files_from: Path | None = None) -> None:
     version = repository / name / "1"
@@ -293,8 +389,9 @@ def _model(repository: Path, name: str, config: str, source: str,
 
 
 def write_repository(repository: Path, upstream: bool = True) -> Path:
-    """Triton's mock_llm, identity_py and tool_stream_py (``upstream``) and scripted_llm:
-    Python models that import nothing heavy."""
+    """Triton's mock_llm, identity_py and tool_stream_py (``upstream``), scripted_llm and
+    llm_ensemble (llm_pre -> decoupled llm_gen -> llm_post): Python models that import
+    nothing heavy."""
     repository.mkdir(parents=True, exist_ok=True)
     if upstream:
         for name in ("mock_llm", "identity_py"):
@@ -302,6 +399,11 @@ def write_repository(repository: Path, upstream: bool = True) -> Path:
         shutil.copytree(UPSTREAM / "tool_parser_models" / "tool_stream_py",
                         repository / "tool_stream_py")
     _model(repository, "scripted_llm", SCRIPTED_CONFIG, SCRIPTED_MODEL)
+    _model(repository, "llm_pre", ENSEMBLE_PRE_CONFIG, ENSEMBLE_PRE_MODEL)
+    _model(repository, "llm_gen", ENSEMBLE_GEN_CONFIG, ENSEMBLE_GEN_MODEL)
+    _model(repository, "llm_post", ENSEMBLE_POST_CONFIG, ENSEMBLE_POST_MODEL)
+    (repository / "llm_ensemble" / "1").mkdir(parents=True)
+    (repository / "llm_ensemble" / "config.pbtxt").write_text(textwrap.dedent(ENSEMBLE_CONFIG))
     return repository
 
 

@@ -34,7 +34,8 @@ def say(text: str) -> list[dict]:
 def test_models_are_listed(openai_server: OpenAIServer) -> None:
     client = openai_server.client()
     names = {model.id for model in client.models.list()}
-    assert names == {"mock_llm", "identity_py", "scripted_llm", "tool_stream_py"}
+    assert names == {"mock_llm", "identity_py", "scripted_llm", "tool_stream_py", "llm_pre",
+                     "llm_gen", "llm_post", "llm_ensemble"}
     model = client.models.retrieve("scripted_llm")
     assert model.id == "scripted_llm" and model.object == "model" and model.created > 0
     with pytest.raises(openai.NotFoundError) as error:
@@ -192,3 +193,14 @@ def test_a_client_that_disconnects_cancels_the_model(openai_server: OpenAIServer
     steps = log.read_text().splitlines()[len(before):] if log.exists() else []
     assert steps, "the model never saw the request cancelled"
     assert int(steps[0]) < 500  # it stopped early
+
+
+def test_a_decoupled_ensemble_streams_through_the_api(openai_server: OpenAIServer) -> None:
+    client = openai_server.client()
+    chunks = list(client.chat.completions.create(
+        model="llm_ensemble", messages=say("alpha beta gamma delta"), stream=True,
+        max_tokens=3))
+    content = [c.choices[0].delta.content for c in chunks if c.choices[0].delta.content]
+    assert content == ["alpha ", "beta ", "gamma "]  # one chunk per response of llm_gen
+    whole = client.completions.create(model="llm_ensemble", prompt="SAY:one two", max_tokens=5)
+    assert whole.choices[0].text == "one two "
