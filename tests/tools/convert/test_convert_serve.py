@@ -5,6 +5,7 @@ original model's within the tolerance the report gives."""
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -13,7 +14,7 @@ import pytest
 import torch
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
-from conftest import QUICK, report, statuses
+from conftest import QUICK, entry, report, statuses
 from google.protobuf import text_format
 from naiad_convert.cli import main
 from tiny_models import MLP, NoOnnx, make_cnn
@@ -154,3 +155,15 @@ def test_torchscript_and_export_files_are_sources(cnn_run, tmp_path, file, forma
     assert set(found) == set(expected)
     for name, (status, reason) in expected.items():
         assert found[name][0] == status and reason in found[name][1], found[name]
+
+
+def test_perf_analyzer_json_samples(tmp_path):
+    data = tmp_path / "samples.json"
+    rows = np.random.default_rng(3).normal(size=(3, 16)).round(3)
+    data.write_text(json.dumps({"data": [{"x": row.tolist()} for row in rows]}))
+    out = tmp_path / "out"
+    assert main([entry("MLP"), "--samples", str(data), "--input", "x:FP32:batch,16",
+                 "--formats", "onnx", "-o", str(out), *QUICK]) == 0
+    result = report(out)
+    assert result["inputs"] == [{"name": "x", "datatype": "FP32", "dims": [16]}]
+    assert statuses(result) == {"onnx": "passed"}

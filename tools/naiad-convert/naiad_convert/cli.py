@@ -27,6 +27,8 @@ from naiad_convert.errors import (
 )
 from naiad_convert.formats import FORMAT_NAMES, ExportSettings
 from naiad_convert.formats.onnx import DEFAULT_OPSET, EXPORTERS, default_exporter
+from naiad_convert.pipeline import ConvertSettings, Pipeline
+from naiad_convert.report import write_report
 from naiad_convert.samples import parse_input_arg
 from naiad_convert.serving import (
     DEFAULT_CONCURRENCY,
@@ -34,6 +36,7 @@ from naiad_convert.serving import (
     DEFAULT_READY_TIMEOUT_S,
     ServeSettings,
 )
+from naiad_convert.state import Progress
 from naiad_convert.timing import (
     DEFAULT_MAX_WINDOWS,
     DEFAULT_STABILITY_PERCENT,
@@ -159,9 +162,7 @@ def default_model_name(source: str) -> str:
     return name or "model"
 
 
-def settings_from(args: argparse.Namespace, argv: Sequence[str]):  # type: ignore[no-untyped-def]
-    from naiad_convert.pipeline import ConvertSettings
-
+def settings_from(args: argparse.Namespace, argv: Sequence[str]) -> ConvertSettings:
     if args.max_batch_size < 0:
         raise ConvertError("--max-batch-size must be >= 0", EXIT_USAGE)
     if args.chosen_format and args.chosen_format not in args.formats:
@@ -204,10 +205,6 @@ def _say(line: str) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from naiad_convert.pipeline import Pipeline
-    from naiad_convert.report import write_report
-    from naiad_convert.state import Progress
-
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)

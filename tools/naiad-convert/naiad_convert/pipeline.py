@@ -18,8 +18,9 @@ from typing import Any
 import numpy as np
 
 from naiad_convert.check import Tolerance, compare, merge
-from naiad_convert.errors import EXIT_NO_FORMAT, ConvertError, first_line
+from naiad_convert.errors import EXIT_NO_FORMAT, ConvertError, first_line, usage_error
 from naiad_convert.formats import ExportSettings, Format, format_named
+from naiad_convert.jsonable import dumps
 from naiad_convert.repository import write_model
 from naiad_convert.samples import InputArg, Samples, load_samples
 from naiad_convert.serving import ServedCheck, ServeSettings, measure_served, served_models
@@ -181,7 +182,7 @@ class Pipeline:
         self.progress.save()
         folder = self.folder / result.name
         if folder.is_dir():
-            (folder / "check.json").write_text(_json(result.to_json()))
+            (folder / "check.json").write_text(dumps(result.to_json()))
         self.say(f"[{result.name}] {status}: {reason}")
         return result
 
@@ -253,6 +254,8 @@ class Pipeline:
     def run(self) -> Outcome:
         started = time.perf_counter()
         settings = self.settings
+        if settings.export.device.startswith("cuda"):
+            _require_cuda(settings.export.device)
         source = load_source(settings.source)
         samples = source.bind(load_samples(settings.samples_path, settings.input_args,
                                            settings.export.max_batch_size > 0))
@@ -325,18 +328,11 @@ def _distinct(caught: Sequence[warnings.WarningMessage], limit: int = MAX_WARNIN
     return seen[:limit]
 
 
-def _json(data: Any) -> str:
-    import json
-
-    return json.dumps(_finite(data), indent=1)
-
-
-def _finite(data: Any) -> Any:
-    """JSON has no infinity: an error that could not be measured is null."""
-    if isinstance(data, float):
-        return data if np.isfinite(data) else None
-    if isinstance(data, dict):
-        return {k: _finite(v) for k, v in data.items()}
-    if isinstance(data, list):
-        return [_finite(v) for v in data]
-    return data
+def _require_cuda(device: str) -> None:
+    try:
+        import torch
+    except ImportError:
+        raise usage_error(f"--device {device}: needs torch with CUDA") from None
+    if not torch.cuda.is_available():
+        raise usage_error(f"--device {device}: torch sees no CUDA device here (a CPU build, "
+                          "or no GPU); use --device cpu")

@@ -12,7 +12,8 @@ import math
 from pathlib import Path
 from typing import Any
 
-from naiad_convert.pipeline import Outcome, _finite
+from naiad_convert.jsonable import finite
+from naiad_convert.pipeline import ConvertSettings, Outcome
 from naiad_convert.state import PASSED, FormatResult
 
 PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b")
@@ -24,8 +25,8 @@ LINE_HEIGHT = 320
 MARGIN_LEFT, MARGIN_RIGHT, MARGIN_TOP, MARGIN_BOTTOM = 150, 30, 20, 44
 
 
-def report_data(outcome: Outcome, settings: Any) -> dict[str, Any]:
-    return _finite({
+def report_data(outcome: Outcome, settings: ConvertSettings) -> dict[str, Any]:
+    return finite({
         "generated": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "source": settings.source,
         "source_kind": outcome.source.kind,
@@ -45,7 +46,7 @@ def report_data(outcome: Outcome, settings: Any) -> dict[str, Any]:
     })
 
 
-def write_report(folder: Path, outcome: Outcome, settings: Any) -> dict[str, Any]:
+def write_report(folder: Path, outcome: Outcome, settings: ConvertSettings) -> dict[str, Any]:
     data = report_data(outcome, settings)
     (folder / "report.json").write_text(json.dumps(data, indent=1))
     (folder / "report.html").write_text(render_html(data))
