@@ -10,6 +10,7 @@ entry point name or distribution name.
 from __future__ import annotations
 
 import importlib.metadata
+import importlib.util
 import logging
 import os
 import threading
@@ -238,8 +239,8 @@ class PluginManager:
         found = self.pm.hook.naiad_backend(name=name, backend_config=backend_config)
         if found is None and self._load_entry_point("backend", name):
             found = self.pm.hook.naiad_backend(name=name, backend_config=backend_config)
-        based = self.backend_directory / name / "model.py"
-        if found is None and name != "python" and based.is_file():
+        based = self._python_based_backend(name) if found is None else None
+        if found is None and name != "python" and based is not None:
             # Triton's Python-based backend: the python backend runs the backend's model.py
             # for every model that names it
             self._load_entry_point("backend", "python")
@@ -250,6 +251,29 @@ class PluginManager:
                               f"{install_hint('backend', name)}")
         self._backends[name] = found
         return found
+
+    def _python_based_backend(self, name: str) -> Path | None:
+        """The ``model.py`` of Triton's Python-based backend ``name``: in the backend
+        directory (``<dir>/<name>/model.py``), else shipped in a distribution whose
+        ``naiad.backends`` entry point ``name`` names a package holding a ``model.py`` (so
+        ``pip install`` installs a backend written for Triton, unmodified). None: neither."""
+        based = self.backend_directory / name / "model.py"
+        if based.is_file():
+            return based
+        for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUPS["backend"],
+                                                  name=name):
+            if ep.attr or not self._permitted(ep):
+                continue
+            try:
+                spec = importlib.util.find_spec(ep.module)
+            except (ImportError, ValueError):
+                continue
+            folders = list(spec.submodule_search_locations or []) if spec else []
+            for folder in folders:
+                shipped = Path(folder) / "model.py"
+                if shipped.is_file():
+                    return shipped
+        return None
 
     def scheduler(self, config: ModelConfig) -> SchedulerFactory:
         """The scheduler factory for a model config: the built-in schedulers, or one an
