@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import os
+from pathlib import Path
 
 import treelite
 from tritonclient.grpc.model_config_pb2 import DataType, ModelConfig, ModelInstanceGroup
@@ -43,6 +44,11 @@ class FilBackend(Backend):
             log.warning("the fil backend has no --backend-config settings; ignoring %s",
                         ", ".join(sorted(backend_config)))
         log.info("fil backend: Treelite %s (GTIL) on CPU", treelite.__version__)
+
+    def auto_complete_config(self, config: ModelConfig, model_dir: Path) -> list[str]:
+        """FIL fills no tensors (its config says what the model file cannot); instance
+        groups left to the server run on the CPU."""
+        return run_auto_groups_on_cpu(config, config.name or model_dir.name)
 
     def create_instance(self, context: ModelContext, instance: InstanceInfo
                         ) -> FilModelInstance:
@@ -150,3 +156,18 @@ def available_cpus() -> int:
         return len(os.sched_getaffinity(0)) or 1
     except (AttributeError, OSError):
         return os.cpu_count() or 1
+
+
+def run_auto_groups_on_cpu(config: ModelConfig, model_name: str) -> list[str]:
+    """This backend runs on the CPU only: an instance group of ``KIND_AUTO`` (the default)
+    becomes ``KIND_CPU`` here, before the core would place it on a GPU where there is one. An
+    explicit ``KIND_GPU`` is still refused at load."""
+    groups = [g for g in config.instance_group if g.kind == ModelInstanceGroup.KIND_AUTO]
+    for group in groups:
+        group.kind = ModelInstanceGroup.KIND_CPU
+    if not config.instance_group and config.platform != "ensemble":
+        # Named as the server names the implicit group: after the model.
+        config.instance_group.add(name=config.name or model_name,
+                                  kind=ModelInstanceGroup.KIND_CPU)
+        groups.append(config.instance_group[0])
+    return ["instance_group"] if groups else []

@@ -15,7 +15,7 @@ import logging
 from pathlib import Path
 
 import openvino as ov
-from tritonclient.grpc.model_config_pb2 import ModelConfig
+from tritonclient.grpc.model_config_pb2 import ModelConfig, ModelInstanceGroup
 
 from naiad.backend_utils import model_file_path, newest_version_file
 from naiad.errors import invalid_arg, unsupported
@@ -63,11 +63,12 @@ class OpenVinoBackend(Backend):
 
     def auto_complete_config(self, config: ModelConfig, model_dir: Path) -> list[str]:
         name = config.name or model_dir.name
+        filled = run_auto_groups_on_cpu(config, config.name or model_dir.name)
         path = newest_version_file(model_dir, config.default_model_filename or MODEL_FILENAME)
         if path is None:  # the load reports the missing file
-            return []
-        return complete_config(config, read(self.core, path, name),
-                               self.default_max_batch_size, name)
+            return filled
+        return filled + complete_config(config, read(self.core, path, name),
+                                        self.default_max_batch_size, name)
 
     def create_instance(self, context: ModelContext, instance: InstanceInfo
                         ) -> OpenVinoModelInstance:
@@ -129,3 +130,18 @@ def check_supported(config: ModelConfig, model_name: str) -> None:
     if used:
         raise unsupported(f"model '{model_name}' uses {', '.join(used)}, which naiad's "
                           f"openvino backend does not support")
+
+
+def run_auto_groups_on_cpu(config: ModelConfig, model_name: str) -> list[str]:
+    """This backend runs on the CPU only: an instance group of ``KIND_AUTO`` (the default)
+    becomes ``KIND_CPU`` here, before the core would place it on a GPU where there is one. An
+    explicit ``KIND_GPU`` is still refused at load."""
+    groups = [g for g in config.instance_group if g.kind == ModelInstanceGroup.KIND_AUTO]
+    for group in groups:
+        group.kind = ModelInstanceGroup.KIND_CPU
+    if not config.instance_group and config.platform != "ensemble":
+        # Named as the server names the implicit group: after the model.
+        config.instance_group.add(name=config.name or model_name,
+                                  kind=ModelInstanceGroup.KIND_CPU)
+        groups.append(config.instance_group[0])
+    return ["instance_group"] if groups else []

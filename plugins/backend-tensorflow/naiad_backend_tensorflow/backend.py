@@ -14,7 +14,7 @@ import threading
 from pathlib import Path
 
 import tensorflow as tf
-from tritonclient.grpc.model_config_pb2 import ModelConfig
+from tritonclient.grpc.model_config_pb2 import ModelConfig, ModelInstanceGroup
 
 from naiad.backend_utils import model_file_path, version_folders
 from naiad.errors import unsupported
@@ -45,19 +45,21 @@ class TensorFlowBackend(Backend):
     def auto_complete_config(self, config: ModelConfig, model_dir: Path) -> list[str]:
         """A SavedModel's signature fills what the config leaves out; a GraphDef names no
         tensors, so its config must (as in Triton)."""
+        filled = run_auto_groups_on_cpu(config, config.name or model_dir.name)
         if (config.platform or SAVEDMODEL) != SAVEDMODEL:
-            return []
+            return filled
         name = config.name or model_dir.name
         filename = config.default_model_filename or MODEL_FILENAMES[SAVEDMODEL]
         # The newest version that has the SavedModel folder (the load reports a missing one).
         path = next((model_file_path(v, filename, name) for v in version_folders(model_dir)
                      if model_file_path(v, filename, name).is_dir()), None)
         if path is None:
-            return []
+            return filled
         model = load(path, SAVEDMODEL, model_settings(config, name),
                      self.settings.allow_soft_placement, name)
         try:
-            return complete_config(config, model, self.settings.default_max_batch_size, name)
+            return filled + complete_config(config, model,
+                                            self.settings.default_max_batch_size, name)
         finally:
             model.close()
 
@@ -123,3 +125,18 @@ def check_supported(config: ModelConfig, model_name: str) -> None:
     if used:
         raise unsupported(f"model '{model_name}' uses {', '.join(used)}, which naiad's "
                           f"tensorflow backend does not support")
+
+
+def run_auto_groups_on_cpu(config: ModelConfig, model_name: str) -> list[str]:
+    """This backend runs on the CPU only: an instance group of ``KIND_AUTO`` (the default)
+    becomes ``KIND_CPU`` here, before the core would place it on a GPU where there is one. An
+    explicit ``KIND_GPU`` is still refused at load."""
+    groups = [g for g in config.instance_group if g.kind == ModelInstanceGroup.KIND_AUTO]
+    for group in groups:
+        group.kind = ModelInstanceGroup.KIND_CPU
+    if not config.instance_group and config.platform != "ensemble":
+        # Named as the server names the implicit group: after the model.
+        config.instance_group.add(name=config.name or model_name,
+                                  kind=ModelInstanceGroup.KIND_CPU)
+        groups.append(config.instance_group[0])
+    return ["instance_group"] if groups else []
