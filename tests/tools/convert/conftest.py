@@ -60,10 +60,13 @@ def convert_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def mlp_run(convert_root: Path) -> Path:
     """The MLP to one format per backend, each also served by naiad serve and measured by
     naiad perf; the winner is the faster of the two as served."""
+    from naiad_convert.cli import main
+
     out = convert_root / "mlp"
-    run_ok(entry("MLP"), "--input", "x:FP32:batch,16", "-o", str(out), "--model-name", "mlp",
-           "--formats", "torchscript-script,onnx", "--serve-timing", "--serve-interval", "200",
-           "--serve-concurrency", "1", "--serve-batch-sizes", "2", *QUICK)
+    assert main([entry("MLP"), "--input", "x:FP32:batch,16", "-o", str(out), "--model-name",
+                 "mlp", "--formats", "torchscript-script,onnx", "--serve-timing",
+                 "--serve-interval", "200", "--serve-concurrency", "1", "--serve-batch-sizes",
+                 "2", *QUICK]) == 0
     return out
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import QUICK, entry, report, statuses
+from conftest import QUICK, convert, entry, report, statuses
 from naiad_convert.cli import main
 from naiad_convert.errors import EXIT_NO_FORMAT, EXIT_OK, EXIT_USAGE
 from tiny_models import Branchy
@@ -121,3 +121,11 @@ def test_a_model_that_cannot_be_imported_is_one_line(tmp_path, capsys):
                    "-o", str(tmp_path / "out")])
     err = capsys.readouterr().err.strip()
     assert status == 1 and err.count("\n") == 0 and "has no attribute 'MLP_missing'" in err
+
+
+def test_naiad_convert_is_a_naiad_command():
+    """The naiad.commands entry point: ``naiad convert`` is this tool."""
+    done = convert("--help")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("usage: naiad convert")
+    assert "3 no format passed" in " ".join(done.stdout.split())
