@@ -71,9 +71,10 @@ def test_the_repository_names_dtypes_dims_batching_and_warmup(mlp_run):
     assert [(i.name, list(i.dims)) for i in config.input] == [("x", [16])]
     assert [(o.name, list(o.dims)) for o in config.output] == [("OUTPUT__0", [4])]
     assert config.input[0].data_type == model_config_pb2.TYPE_FP32
-    preferred = data["preferred_batch_size"]
-    assert list(config.dynamic_batching.preferred_batch_size) == (
-        [preferred] if preferred > 1 else [])
+    # served at batch 2 only: the served figures decide the preferred size
+    assert data["preferred_batch_size"] == 2
+    assert list(config.dynamic_batching.preferred_batch_size) == [2]
+    assert config.dynamic_batching.max_queue_delay_microseconds == 100
     warmup = config.model_warmup[0].inputs["x"]
     raw = (model_dir / "warmup" / warmup.input_data_file).read_bytes()
     assert len(raw) == 16 * 4

@@ -307,9 +307,12 @@ class Pipeline:
         return max(passed, key=lambda r: r.best_throughput(False), default=None)
 
     def preferred_batch_size(self, winner: FormatResult) -> int | None:
-        """The batch size where the winner's in-process throughput peaked."""
+        """The batch size where the winner's throughput peaked: as naiad served it when it
+        was served, else in process."""
         if self.settings.export.max_batch_size <= 0:
             return None
+        if winner.served:
+            return int(max(winner.served, key=lambda row: row["throughput"])["batch_size"])
         top = best(winner.timings)
         return top.batch_size if top else None
 
