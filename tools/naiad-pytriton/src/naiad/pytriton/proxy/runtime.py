@@ -193,7 +193,8 @@ class CallableRunner:
     def error(self, exc: BaseException) -> Any:
         message = f"{type(exc).__name__}: {exc}"
         if isinstance(exc, PyTritonUnrecoverableError):
-            log.error("model '%s': unrecoverable error, the instance stops: %s", self.name, exc)
+            log.error("model '%s': the inference callable raised PyTritonUnrecoverableError "
+                      "(the batch fails; the instance keeps serving): %s", self.name, exc)
         return self.pb_utils.TritonError(message)
 
     def execute(self, raw_requests: list[Any]) -> list[Any] | None:
@@ -209,8 +210,6 @@ class CallableRunner:
         except Exception as exc:  # the callable's error answers each request
             log.debug("model '%s': inference failed", self.name, exc_info=True)
             error = self.error(exc)
-            if isinstance(exc, PyTritonUnrecoverableError):
-                raise
             return [self.pb_utils.InferenceResponse(output_tensors=[], error=error)
                     for _ in requests]
         return responses
