@@ -126,7 +126,8 @@ class Pipeline:
         folder = self.folder / fmt.name
         path = folder / fmt.file_name
         if result.status in (PASSED, CHECK_FAILED) and path.is_file():
-            written[fmt.name] = path
+            if result.status == PASSED:
+                written[fmt.name] = path
             self.say(f"[{fmt.name}] {result.status} (kept from the previous run)")
             return result
         if result.status in (SKIPPED, EXPORT_FAILED):
@@ -163,7 +164,6 @@ class Pipeline:
             got = [runner(batch) for batch in batches]
         except Exception as exc:  # the written file does not run on the samples
             return self._finish(result, CHECK_FAILED, f"does not run: {first_line(exc)}")
-        written[fmt.name] = path
         result.checks = merge([compare(want, have, self.settings.tolerance)
                                for want, have in zip(references, got, strict=True)])
         failing = [c for c in result.checks if not c.passed]
@@ -175,6 +175,7 @@ class Pipeline:
                                 f"(atol {self.settings.tolerance.atol:g}, rtol "
                                 f"{self.settings.tolerance.rtol:g})")
         figures = ", ".join(f"{c.name} max abs {c.max_abs_error:.2g}" for c in result.checks)
+        written[fmt.name] = path  # a later format may build on it (TensorRT on ONNX)
         return self._finish(result, PASSED, f"matches the original ({figures})")
 
     def _finish(self, result: FormatResult, status: str, reason: str) -> FormatResult:

@@ -48,7 +48,7 @@ class Format:
 
     def export(self, source: Source, samples: Samples, path: Path, settings: ExportSettings,
                previous: dict[str, Path]) -> None:
-        """Write the model file at ``path``. ``previous``: files of the formats written
+        """Write the model file at ``path``. ``previous``: files of the formats that passed
         before this one, by format name (TensorRT builds from the ONNX one). Raises
         whatever the exporter raises: the run records it as this format's failure."""
         raise NotImplementedError

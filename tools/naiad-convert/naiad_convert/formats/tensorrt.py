@@ -70,7 +70,8 @@ class TensorRTFormat(Format):
 
         onnx_file = previous.get("onnx")
         if onnx_file is None:
-            raise RuntimeError("needs the ONNX export, which did not succeed")
+            raise RuntimeError("builds from the ONNX export, which did not pass its check "
+                               "(or was not in --formats)")
         logger = trt.Logger(trt.Logger.WARNING)
         builder = trt.Builder(logger)
         network = builder.create_network(0)  # TensorRT 10: explicit batch always
