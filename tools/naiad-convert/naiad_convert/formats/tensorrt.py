@@ -103,16 +103,18 @@ class TensorRTFormat(Format):
         import torch
 
         logger = trt.Logger(trt.Logger.WARNING)
-        engine = trt.Runtime(logger).deserialize_cuda_engine(path.read_bytes())
+        runtime = trt.Runtime(logger)  # kept alive with the engine, in the closure below
+        engine = runtime.deserialize_cuda_engine(path.read_bytes())
         if engine is None:
             raise RuntimeError(f"TensorRT cannot deserialize {path}")
         context = engine.create_execution_context()
         names = [engine.get_tensor_name(i) for i in range(engine.num_io_tensors)]
         outputs = [n for n in names if engine.get_tensor_mode(n) == trt.TensorIOMode.OUTPUT]
-        stream = torch.cuda.Stream()
-
         def run(inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-            keep: list[Any] = []
+            # torch's current stream: the input copies, the execution and the output copies
+            # are ordered on it, with no cross-stream synchronisation to forget
+            stream = torch.cuda.current_stream()
+            keep: list[Any] = [runtime, engine]
             for name, array in inputs.items():
                 tensor = torch.from_numpy(np.ascontiguousarray(array)).cuda()
                 keep.append(tensor)
@@ -125,9 +127,8 @@ class TensorRTFormat(Format):
                 tensor = torch.empty(shape, dtype=_torch_dtype(dtype), device="cuda")
                 context.set_tensor_address(name, tensor.data_ptr())
                 results[name] = tensor
-            with torch.cuda.stream(stream):
-                if not context.execute_async_v3(stream.cuda_stream):
-                    raise RuntimeError("TensorRT's execute_async_v3 failed")
+            if not context.execute_async_v3(stream.cuda_stream):
+                raise RuntimeError("TensorRT's execute_async_v3 failed")
             stream.synchronize()
             del keep
             return {n: t.cpu().numpy() for n, t in results.items()}
