@@ -84,3 +84,33 @@ def test_a_blocked_python_based_backend_is_not_served(
         assert not client.is_model_ready("twice")
         index = {m["name"]: m for m in client.get_model_repository_index()}
         assert "backend 'doubling' is not installed or not permitted" in index["twice"]["reason"]
+
+
+def test_a_backend_named_like_its_package_says_the_package_is_missing(tmp_path: Path) -> None:
+    """Triton's vllm_backend: <backend directory>/vllm/model.py imports vllm. Where vllm is
+    not installed, the load fails saying so (the backend's own folder does not pose as the
+    vllm package), and its sibling modules import as in Triton."""
+    backends = tmp_path / "backends"
+    (backends / "vllm" / "utils").mkdir(parents=True)
+    (backends / "vllm" / "utils" / "__init__.py").write_text("")
+    (backends / "vllm" / "utils" / "metrics.py").write_text("READY = True\n")
+    (backends / "vllm" / "model.py").write_text(textwrap.dedent('''
+        import triton_python_backend_utils as pb_utils
+        from utils.metrics import READY  # the backend's own folder, as vllm_backend's
+        from vllm.engine.arg_utils import AsyncEngineArgs
+
+
+        class TritonPythonModel:
+            def execute(self, requests):
+                return []
+        '''))
+    repo = tmp_path / "repo"
+    (repo / "llm" / "1").mkdir(parents=True)
+    (repo / "llm" / "1" / "model.json").write_text('{"model": "facebook/opt-125m"}')
+    (repo / "llm" / "config.pbtxt").write_text('backend: "vllm"\n')
+    with naiad_server("--model-repository", str(repo), "--exit-on-error=false",
+                      "--backend-directory", str(backends)) as server, \
+            httpclient.InferenceServerClient(server.http_url) as client:
+        index = {m["name"]: m for m in client.get_model_repository_index()}
+        assert index["llm"]["state"] == "UNAVAILABLE"
+        assert "No module named 'vllm'" in index["llm"]["reason"]

@@ -64,10 +64,16 @@ _finder = _ModelFinder()
 
 def import_model(model_file: str | Path) -> types.ModuleType:
     """Execute ``model_file`` as a new module and return it. Its folder and the folder above
-    are appended to ``sys.path``. Exceptions from the model's code propagate."""
+    (a model's folder; not a Python-based backend's backend directory) are appended to
+    ``sys.path``. Exceptions from the model's code propagate."""
     model_file = Path(model_file)
     version_dir = model_file.parent
     folders = [str(version_dir), str(version_dir.parent)]
+    if not version_dir.name.isdigit():
+        # A Python-based backend's model.py (<backend directory>/<name>/model.py): the
+        # folder above is the backend directory, whose folders would shadow installed
+        # packages of the same name ("vllm" for vllm/model.py's "import vllm").
+        folders = folders[:1]
     with _lock:
         package_name = f"{PACKAGE_PREFIX}{next(_counter)}"
         package = types.ModuleType(package_name)
