@@ -14,6 +14,11 @@ from naiad_backend_tensorflow.model import LoadedModel, TensorInfo
 
 def check_config(config: ModelConfig, model: LoadedModel, model_name: str) -> None:
     batching = config.max_batch_size > 0
+    if model.graphdef and (not len(config.input) or not len(config.output)):
+        placeholders = ", ".join(sorted(model.inputs)[:20]) or "none"
+        raise invalid_arg(f"model '{model_name}': a GraphDef names no inputs or outputs, so "
+                          f"config.pbtxt must list them (inputs are Placeholders: "
+                          f"{placeholders}; outputs are node names)")
     for kind, tensors, offered in (("input", config.input, model.inputs),
                                    ("output", config.output, model.outputs)):
         for tensor in tensors:

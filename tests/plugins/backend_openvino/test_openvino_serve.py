@@ -111,6 +111,26 @@ BROKEN = {
 }
 
 
+# A model compiled for [1, 5] only, given any length by RESHAPE_IO_LAYERS (Triton's meaning).
+RESHAPED_CONFIG = """
+backend: "openvino"
+max_batch_size: 0
+input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 1, -1 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 1, -1 ] } ]
+parameters { key: "RESHAPE_IO_LAYERS" value: { string_value: "YES" } }
+"""
+
+
+def static_identity_ir(path: Path) -> None:
+    """An IR whose input shape is static: [1, 5]."""
+    from openvino_helpers import ops, ov
+
+    parameter = ops.parameter(ov.PartialShape([1, 5]), ov.Type.f32, name="INPUT0")
+    model = ov.Model([ops.relu(parameter)], [parameter], "static")
+    model.outputs[0].get_tensor().set_names({"OUTPUT0"})
+    ov.save_model(model, str(path))
+
+
 def reference(weights: dict[str, np.ndarray], x: np.ndarray) -> np.ndarray:
     hidden = np.maximum(x @ weights["w1"] + weights["b1"], 0)
     logits = hidden @ weights["w2"] + weights["b2"]
@@ -132,6 +152,7 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
     weights = mlp_onnx(work / "mlp.onnx", FEATURES, 8, CLASSES)
     onnx_to_ir(work / "mlp.onnx", work / "mlp.xml")
     identity_ir(work / "i64.xml", "INT64", 2, "INPUT0", "OUTPUT0", batch_layout=False)
+    static_identity_ir(work / "static.xml")
     return {"weights": weights, "work": work}
 
 
@@ -155,6 +176,9 @@ def server(built, tmp_path_factory) -> Iterator[ServerProcess]:
         'input [ { name: "INPUT0" data_type: TYPE_INT64 dims: [ -1 ] } ]\n'
         'output [ { name: "OUTPUT0" data_type: TYPE_INT64 dims: [ -1 ] } ]\n',
         {"model.xml": work / "i64.xml", "model.bin": work / "i64.bin"})
+    static = {"model.xml": work / "static.xml", "model.bin": work / "static.bin"}
+    add(root, "static_reshaped", RESHAPED_CONFIG, static)
+    add(root, "static_checked", RESHAPED_CONFIG.replace("YES", "NO"), static)
     for name, (config, _) in BROKEN.items():
         add(root, name, config, {} if name == "not_a_model" else ir)
     (root / "not_a_model" / "1" / "model.xml").write_text("<net>not an IR</net>")
@@ -289,3 +313,17 @@ def test_a_warmed_up_model_serves_and_the_response_cache_answers_a_repeat(server
     with client(server, "http") as c:
         stats = c.get_inference_statistics("mlp_ir")["model_stats"][0]["inference_stats"]
     assert stats["cache_hit"]["count"] >= 1, stats
+
+
+def test_reshape_io_layers_gives_a_static_model_the_configured_dims(server):
+    x = np.array([[-1.0, 2.0, -3.0, 4.0, 5.0, -6.0, 7.0]], dtype=np.float32)  # 7, not 5
+    for protocol in PROTOCOLS:
+        got = infer(server, protocol, "static_reshaped", x, "INPUT0", "OUTPUT0")
+        np.testing.assert_array_equal(got, np.maximum(x, 0))
+    # Without it the dims are checked against the model's, as Triton checks them: a -1 in
+    # the config agrees with the model's 5, and only 5 elements run.
+    with pytest.raises(InferenceServerException):
+        infer(server, "http", "static_checked", x, "INPUT0", "OUTPUT0")
+    five = x[:, :5]
+    np.testing.assert_array_equal(infer(server, "grpc", "static_checked", five, "INPUT0",
+                                        "OUTPUT0"), np.maximum(five, 0))

@@ -116,6 +116,9 @@ def main(folder: Path) -> None:
         f'platform: "tensorflow_graphdef"\nmax_batch_size: 8\n'
         f'input [ {{ name: "pixels" data_type: TYPE_FP32 dims: [ {FEATURES} ] }} ]\n'
         f'output [ {{ name: "{output}" data_type: TYPE_FP32 dims: [ {UNITS} ] }} ]\n')
+    (repo / "graphdef_no_config" / "1").mkdir(parents=True)
+    (repo / "graphdef_no_config" / "1" / "model.graphdef").write_bytes(
+        graph_def.SerializeToString())
     np.savez(folder / "expected.npz", **expected)
 
 

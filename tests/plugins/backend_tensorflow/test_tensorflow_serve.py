@@ -158,6 +158,7 @@ def test_models_tensorflow_cannot_serve_fail_their_load_saying_why(server):
     for name, fragments in {
         "wrong_signature": ("expected 'predict' signature", "serving_default"),
         "wrong_input": ("'pixels'", "not a Placeholder"),
+        "graphdef_no_config": ("config.pbtxt must list them", "features"),
     }.items():
         entry = index[name]
         assert entry["state"] == "UNAVAILABLE", entry
