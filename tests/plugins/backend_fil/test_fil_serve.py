@@ -4,6 +4,7 @@ scikit-learn called directly on the same rows."""
 
 from __future__ import annotations
 
+import os
 import queue
 import re
 import urllib.request
@@ -267,3 +268,12 @@ def test_metrics_count_fil_inferences(server):
         f"http://127.0.0.1:{server.metrics_port}/metrics", timeout=10).read().decode()
     line = re.search(r'nv_inference_count\{model="xgb_binary_ubj",version="1"\} (\d+)', text)
     assert line is not None and int(line.group(1)) >= 1, text[:2000]
+
+
+def test_prediction_threads_follow_cpu_nthread_and_the_instance_count(server):
+    log = server.log()
+    # xgb_tuned sets cpu_nthread 1; the others share the cores among their one instance.
+    assert re.search(r"model 'xgb_tuned' instance '[^']+': .* 1 prediction thread\b", log)
+    cores = len(os.sched_getaffinity(0))
+    threads = "1 prediction thread" if cores == 1 else f"{cores} prediction threads"
+    assert re.search(rf"model 'xgb_regressor' instance '[^']+': .* {threads}", log), log[-3000:]
