@@ -10,14 +10,18 @@ from pathlib import Path
 import pytest
 from upstream import load_functional_test, run_example, upstream_copy
 
-# example folder, functional test, client, servers; long: run on demand (pytest -m long)
+# example folder, functional test, client, servers; long: run on demand (pytest -m long).
+# By default the remote-mode example only (Triton and two RemoteTriton binders); the others'
+# features are covered by default in test_lifecycle.py and test_unit.py.
 EXAMPLES = [
     pytest.param("add_sub_python", "L0_example_add_sub_python", "client.py", ["server.py"],
                  id="add_sub_python", marks=pytest.mark.long),
     pytest.param("add_sub_python_with_optional", "L0_example_add_sub_python_with_optionals",
-                 "client.py", ["server.py"], id="add_sub_python_with_optional"),
+                 "client.py", ["server.py"], id="add_sub_python_with_optional",
+                 marks=pytest.mark.long),
     pytest.param("use_parameters_and_headers", "L0_example_use_parameters_and_headers",
-                 "client.py", ["server.py"], id="use_parameters_and_headers"),
+                 "client.py", ["server.py"], id="use_parameters_and_headers",
+                 marks=pytest.mark.long),
     pytest.param("identity_python", "L0_example_identity_python", "client.py", ["server.py"],
                  id="identity_python", marks=pytest.mark.long),
     pytest.param("multiple_models_python", "L0_example_multiple_models_example", "client.py",

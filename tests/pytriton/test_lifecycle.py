@@ -1,7 +1,8 @@
 """Triton() from naiad.pytriton end to end: naiad's server started in the program's process
 tree on the ports TritonConfig names, several kinds of callables bound (one per instance,
-async, an async generator streaming, @sample with @triton_context), PyTriton's clients over
-HTTP and gRPC, the model's statistics, and stop() leaving no process, socket or workspace."""
+async, an async generator streaming, @sample with @triton_context, request parameters and
+forwarded headers), PyTriton's clients over HTTP and gRPC, the model's statistics, and stop()
+leaving no process, socket or workspace."""
 
 from __future__ import annotations
 
@@ -60,6 +61,11 @@ def _describe(x, triton_context):
     return {"max_batch_size": np.array([config.max_batch_size], dtype=np.int32)}
 
 
+def _scaled(requests):
+    return [{"scaled": request["x"] * float(request.parameters["factor"])
+             / float(request.parameters["header_divisor"])} for request in requests]
+
+
 def _descendants(pid: int) -> set[int]:
     """Every process below ``pid`` (children of any of its threads)."""
     parents: dict[int, int] = {}
@@ -88,7 +94,8 @@ def _listening(port: int) -> bool:
 def test_triton_serves_bound_callables_and_stops_clean(tmp_path: Path) -> None:
     ports = {"http_port": free_port(), "grpc_port": free_port(), "metrics_port": free_port()}
     config = TritonConfig(http_address="127.0.0.1", grpc_address="127.0.0.1",
-                          metrics_address="127.0.0.1", **ports)
+                          metrics_address="127.0.0.1", http_header_forward_pattern="header.*",
+                          grpc_header_forward_pattern="header.*", **ports)
     workspace = tmp_path / "workspace"
     triton = Triton(config=config, workspace=workspace)
     f32 = np.float32
@@ -108,6 +115,8 @@ def test_triton_serves_bound_callables_and_stops_clean(tmp_path: Path) -> None:
     triton.bind("Describe", _describe, inputs=[Tensor(name="x", dtype=f32, shape=(1,))],
                 outputs=[Tensor(name="max_batch_size", dtype=np.int32, shape=(1,))],
                 config=ModelConfig(batching=False))
+    triton.bind("Scaled", _scaled, inputs=[Tensor(name="x", dtype=f32, shape=(-1,))],
+                outputs=[Tensor(name="scaled", dtype=f32, shape=(-1,))])
     triton.run()
     http_url, grpc_url = f"http://127.0.0.1:{ports['http_port']}", \
         f"grpc://127.0.0.1:{ports['grpc_port']}"
@@ -121,6 +130,11 @@ def test_triton_serves_bound_callables_and_stops_clean(tmp_path: Path) -> None:
                 np.testing.assert_array_equal(result["sub"], a - b)
                 assert client.model_config.instance_group == {DeviceKind.KIND_CPU: 2}
                 assert client.model_config.batcher.max_queue_delay_microseconds == 100
+        for url in (http_url, grpc_url):  # request parameters and forwarded headers
+            with ModelClient(url, "Scaled") as client:
+                result = client.infer_batch(np.ones((2, 1), f32), parameters={"factor": 6},
+                                            headers={"header_divisor": "3"})
+                assert result["scaled"].tolist() == [[2.0], [2.0]]
         with FuturesModelClient(http_url, "Double") as client:
             futures = [client.infer_sample(np.array([i], np.int64)) for i in range(4)]
             assert [int(f.result()["doubled"][0]) for f in futures] == [0, 2, 4, 6]
