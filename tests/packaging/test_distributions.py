@@ -145,7 +145,9 @@ def test_core_extras_pull_built_plugins_at_the_core_version(wheels):
     plugins = {canonicalize_name(project(f)["name"]) for f in (ROOT / "plugins").iterdir()}
     pinned = {f"{name}=={naiad.__version__}" for name in plugins}
     named = set().union(*extras.values())
-    assert named == pinned, "every plugin has an extra, every extra a built plugin"
+    # and the tool that is the core's too: naiad.pytriton (pip install 'naiad[pytriton]')
+    tools = {f"naiad-pytriton=={naiad.__version__}"}
+    assert named == pinned | tools, "every plugin has an extra, every extra a built plugin"
     for extra, requirements in extras.items():
         if extra != "all":
             assert len(requirements) == 1, (extra, requirements)
@@ -167,10 +169,11 @@ def test_install_hints_name_real_distributions_extras_and_folders(wheels):
 def test_wheels_hold_every_module_of_their_folder(built):
     outdir, _ = built
     for folder in release.distribution_dirs():
-        sources = {p.relative_to(folder).as_posix() for p in folder.rglob("*")
+        root = folder / "src" if (folder / "src").is_dir() else folder  # a src layout
+        sources = {p.relative_to(root).as_posix() for p in root.rglob("*")
                    if p.name.endswith(".py") or p.name == "py.typed"
                    if not any(part.endswith(".egg-info") or part in ("build", "__pycache__")
-                              for part in p.relative_to(folder).parts)}
+                              for part in p.relative_to(root).parts)}
         wheel = next(outdir.glob(f"{wheel_stem(project(folder)['name'])}-*.whl"))
         with zipfile.ZipFile(wheel) as archive:
             missing = sources - set(archive.namelist())
