@@ -1,15 +1,17 @@
 """Triton() from naiad.pytriton end to end: naiad's server started in the program's process
 tree on the ports TritonConfig names, several kinds of callables bound (one per instance,
-async, an async generator streaming, @sample with @triton_context, request parameters and
-forwarded headers), PyTriton's clients over HTTP and gRPC, the model's statistics, and stop()
-leaving no process, socket or workspace."""
+async, an async generator streaming over gRPC and generate_stream, @sample with
+@triton_context, request parameters and forwarded headers), PyTriton's clients over HTTP and
+gRPC, the model's statistics, and stop() leaving no process, socket or workspace."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import socket
 import time
+import urllib.request
 from pathlib import Path
 
 import numpy as np
@@ -153,6 +155,14 @@ def test_triton_serves_bound_callables_and_stops_clean(tmp_path: Path) -> None:
         with DecoupledModelClient(grpc_url, "CountUp") as client:
             assert [int(r["i"][0][0]) for r in
                     client.infer_batch(np.array([[2]], np.int32))] == [0, 1]
+        # The same stream over HTTP: Triton's generate_stream (server-sent events).
+        request = urllib.request.Request(
+            f"http://127.0.0.1:{ports['http_port']}/v2/models/CountUp/generate_stream",
+            data=json.dumps({"n": 3}).encode(), method="POST")
+        with urllib.request.urlopen(request, timeout=30) as answer:
+            events = [json.loads(line[len(b"data: "):]) for line in answer.read().splitlines()
+                      if line.startswith(b"data: ")]
+        assert [event["i"] for event in events] == [0, 1, 2]
         with ModelClient(http_url, "Describe") as client:
             assert int(client.infer_sample(np.array([1.0], f32))["max_batch_size"][0]) == 0
             with pytest.raises(PyTritonClientModelDoesntSupportBatchingError):
