@@ -190,3 +190,33 @@ def test_triton_serves_bound_callables_and_stops_clean(tmp_path: Path) -> None:
     assert not [name for name in os.listdir("/dev/shm")
                 if any(name.startswith(f"naiad-{pid}-") for pid in processes)]
     assert triton.stop() is False
+
+
+@batch
+def _pid(x):
+    return {"pid": np.full(x.shape, os.getpid(), np.int64)}
+
+
+@pytest.mark.long
+@pytest.mark.parametrize("mode", ["isolated", "in_process"])
+def test_the_callable_runs_where_naiad_runs_python_models(
+        mode: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Isolated (the default): in a worker process of the server; in_process: in the server."""
+    if mode == "in_process":
+        monkeypatch.setenv("NAIAD_PYTRITON_SERVE_ARGS",
+                           "--backend-config=python,execution-mode=in_process")
+    http_port = free_port()
+    config = TritonConfig(http_address="127.0.0.1", grpc_address="127.0.0.1",
+                          metrics_address="127.0.0.1", http_port=http_port,
+                          grpc_port=free_port(), metrics_port=free_port())
+    with Triton(config=config) as triton:
+        triton.bind("Pid", _pid, inputs=[Tensor(name="x", dtype=np.int64, shape=(1,))],
+                    outputs=[Tensor(name="pid", dtype=np.int64, shape=(1,))])
+        server_pid = triton._process.pid  # type: ignore[union-attr]
+        with ModelClient(f"127.0.0.1:{http_port}", "Pid") as client:
+            answered = int(client.infer_sample(np.array([1]))["pid"][0])
+        assert answered != os.getpid()
+        if mode == "in_process":
+            assert answered == server_pid
+        else:
+            assert answered in _descendants(server_pid)
