@@ -23,14 +23,34 @@ from __future__ import annotations
 import threading
 import time
 from concurrent.futures import CancelledError, Future
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from naiad.errors import InferenceServerError, Status
 from naiad.scheduling.ensemble_plan import EnsembleStep
 from naiad.types import Cancellation, InferenceRequest, InferenceResponse, ResponseSender, Tensor
 
 if TYPE_CHECKING:
-    from naiad.scheduling.ensemble import EnsembleScheduler
+    from naiad.scheduling.base import CalledModel
+    from naiad.scheduling.ensemble_plan import EnsemblePlan
+
+
+class EnsembleScheduler(Protocol):
+    """What a streaming run needs of :class:`naiad.scheduling.ensemble.EnsembleScheduler`,
+    which starts it (a protocol: that module imports this one, not the other way round)."""
+
+    name: str
+    plan: EnsemblePlan
+    producer_counts: list[int]
+    followers: list[list[EnsembleStep]]
+
+    def _step_request(self, step: EnsembleStep, request: InferenceRequest,
+                      tensors: dict[str, Tensor]) -> tuple[CalledModel, InferenceRequest]: ...
+
+    def _step_error(self, step: EnsembleStep, error: InferenceServerError
+                    ) -> InferenceServerError: ...
+
+    def _finished(self, request: InferenceRequest, answer: Future[InferenceResponse],
+                  response: InferenceResponse) -> None: ...
 
 
 class _Branch:
