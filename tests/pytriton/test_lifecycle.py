@@ -30,7 +30,14 @@ from naiad.pytriton.client.exceptions import (
     PyTritonClientModelDoesntSupportBatchingError,
 )
 from naiad.pytriton.decorators import batch, sample, triton_context
-from naiad.pytriton.model_config import DeviceKind, DynamicBatcher, ModelConfig, Tensor
+from naiad.pytriton.model_config import (
+    DeviceKind,
+    DynamicBatcher,
+    ModelConfig,
+    ModelWarmup,
+    Tensor,
+    WarmupInput,
+)
 from naiad.pytriton.triton import Triton, TritonConfig
 from naiad.testing import free_port
 
@@ -66,6 +73,14 @@ def _describe(x, triton_context):
 def _scaled(requests):
     return [{"scaled": request["x"] * float(request.parameters["factor"])
              / float(request.parameters["header_divisor"])} for request in requests]
+
+
+def _noting_calls(path: Path):
+    def infer(requests):
+        with open(path, "a") as notes:
+            notes.write(f"{len(requests)} {requests[0]['x'].shape}\n")
+        return [{"y": request["x"]} for request in requests]
+    return infer
 
 
 def _descendants(pid: int) -> set[int]:
@@ -119,7 +134,16 @@ def test_triton_serves_bound_callables_and_stops_clean(tmp_path: Path) -> None:
                 config=ModelConfig(batching=False))
     triton.bind("Scaled", _scaled, inputs=[Tensor(name="x", dtype=f32, shape=(-1,))],
                 outputs=[Tensor(name="scaled", dtype=f32, shape=(-1,))])
+    warm_calls = tmp_path / "warm-calls"
+    triton.bind("Warm", _noting_calls(warm_calls),
+                inputs=[Tensor(name="x", dtype=f32, shape=(2,))],
+                outputs=[Tensor(name="y", dtype=f32, shape=(2,))],
+                config=ModelConfig(max_batch_size=4, model_warmup=[ModelWarmup(
+                    name="zeros", batch_size=3, count=2,
+                    inputs={"x": WarmupInput(dtype=f32, shape=(2,), zero_data=True)})]))
     triton.run()
+    # PyTriton's warmup: each warmup request through the callable before the model serves.
+    assert warm_calls.read_text().splitlines() == ["1 (3, 2)", "1 (3, 2)"]
     http_url, grpc_url = f"http://127.0.0.1:{ports['http_port']}", \
         f"grpc://127.0.0.1:{ports['grpc_port']}"
     try:

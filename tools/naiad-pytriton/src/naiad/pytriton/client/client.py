@@ -372,15 +372,19 @@ class DecoupledModelClient(ModelClient):
 
 
 class FuturesModelClient:
-    """ModelClient calls on a pool of ``max_workers`` threads, each returning a Future;
-    ``max_queue_size`` bounds the calls waiting (PyTritonClientQueueFullError after
-    ``non_blocking``... as PyTriton: a full queue raises)."""
+    """ModelClient calls on a pool of ``max_workers`` threads, each returning a Future.
+    ``max_queue_size`` bounds the calls submitted and not finished: a call beyond it waits
+    for room, or raises PyTritonClientQueueFullError with ``non_blocking``. None: no bound."""
 
     def __init__(self, url: str, model_name: str, model_version: str | None = None, *,
-                 max_workers: int = 128, max_queue_size: int = 128,
+                 max_workers: int | None = 128, max_queue_size: int | None = 128,
                  non_blocking: bool = False, init_timeout_s: float | None = None,
                  inference_timeout_s: float | None = None,
                  access_token: str | None = None) -> None:
+        if max_workers is not None and max_workers <= 0:
+            raise ValueError("max_workers must be greater than 0")
+        if max_queue_size is not None and max_queue_size <= 0:
+            raise ValueError("max_queue_size must be greater than 0")
         self._url, self._model_name, self._model_version = url, model_name, model_version
         self._max_queue_size = max_queue_size
         self._non_blocking = non_blocking
@@ -391,8 +395,8 @@ class FuturesModelClient:
         self._local = threading.local()
         self._clients: list[ModelClient] = []
         self._clients_lock = threading.Lock()
-        self._pending = threading.BoundedSemaphore(max_queue_size) if max_queue_size > 0 \
-            else None
+        self._pending = (threading.BoundedSemaphore(max_queue_size)
+                         if max_queue_size is not None else None)
         self._closed = False
 
     def __enter__(self) -> FuturesModelClient:
