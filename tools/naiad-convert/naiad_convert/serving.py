@@ -100,7 +100,8 @@ def measure_served(repository: Path, models: dict[str, str], samples: Samples,
                 results[fmt] = f"naiad serve did not load it: {loaded}"
                 progress(f"[{fmt}] served: {results[fmt]}")
                 continue
-            wrong = _served_answers(server.http_url, model, check) if check else ""
+            wrong = (_served_answers(server.http_url, model, check, settings.ready_timeout_s)
+                     if check else "")
             if wrong:
                 results[fmt] = f"naiad serve answers differ from the original: {wrong}"
                 progress(f"[{fmt}] served: {results[fmt]}")
@@ -173,12 +174,15 @@ def _unload(url: str, model: str) -> None:
         client.close()
 
 
-def _served_answers(url: str, model: str, check: ServedCheck) -> str:
-    """One request with the check inputs through tritonclient; what differs, or ''."""
+def _served_answers(url: str, model: str, check: ServedCheck, timeout_s: float) -> str:
+    """One request with the check inputs through tritonclient (bounded by ``timeout_s``,
+    --serve-ready-timeout: a first request may still initialise the model); what differs,
+    or ''."""
     import tritonclient.http as httpclient
     from tritonclient.utils import InferenceServerException, np_to_triton_dtype
 
-    client = httpclient.InferenceServerClient(url)
+    client = httpclient.InferenceServerClient(url, connection_timeout=timeout_s,
+                                              network_timeout=timeout_s)
     try:
         given = []
         for name, array in check.inputs.items():
