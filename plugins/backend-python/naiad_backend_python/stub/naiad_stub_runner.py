@@ -16,6 +16,8 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import sys
+import threading
 import traceback
 from collections.abc import Sequence
 from typing import Any, Callable, Dict, List, Optional, Tuple
@@ -158,8 +160,15 @@ class ModelRunner:
         # What a request that names no outputs gets, as Triton: every output of the config.
         self.output_names = frozenset(output_names)
         self._loop: asyncio.AbstractEventLoop | None = None
+        # a decoupled model's coroutine executes, run on a loop thread of their own
+        self._executes: _BackgroundExecutes | None = None
         self._closed = False
         pb_utils._set_model_dir(self.version_dir, whole_process)
+        if whole_process:
+            # Triton's stub embeds Python with sys.argv == [""]; models that call
+            # unittest.main() (Triton's QA models do) read it, and the worker's own
+            # command line would be taken for test names
+            sys.argv[:] = [""]
         try:
             module = loader.import_model(model_file)
         except Exception as exc:
@@ -233,9 +242,11 @@ class ModelRunner:
         try:
             returned = self._execute(pb_requests)
             if asyncio.iscoroutine(returned):
-                if self._loop is None:
-                    self._loop = asyncio.new_event_loop()
-                returned = self._loop.run_until_complete(returned)
+                # As Triton (2.44+): a decoupled model's ``async def execute`` runs in the
+                # background, concurrently with the next batches; its responses leave
+                # through the senders, and what it raises is logged
+                self._background().submit(returned, pb_requests)
+                return [NO_RESULT] * len(requests)
             if returned is not None:
                 raise _ContractError(f"Python model '{self.instance_name}' is using the "
                                      f"decoupled mode and the execute function must return "
@@ -243,6 +254,11 @@ class ModelRunner:
         except Exception as exc:
             raise self._failure(exc) from None
         return [NO_RESULT] * len(requests)
+
+    def _background(self) -> _BackgroundExecutes:
+        if self._executes is None:
+            self._executes = _BackgroundExecutes(self.instance_name)
+        return self._executes
 
     def _emitter(self, request: Any, pb_request: Any
                  ) -> Callable[[Any, bool], None]:
@@ -268,6 +284,8 @@ class ModelRunner:
         self._closed = True
         pb_utils._set_model_dir(self.version_dir)
         finalize = getattr(self.model, "finalize", None)
+        if self._executes is not None:
+            self._executes.close()
         try:
             if finalize is not None:
                 _finish(finalize(), self._loop)
@@ -333,7 +351,7 @@ class ModelRunner:
     def _failure(self, exc: Exception) -> BatchFailure:
         """The error every request of a failed batch gets (Triton's wording)."""
         status = EXECUTE_FAILURE_STATUS
-        if isinstance(exc, _ContractError):
+        if isinstance(exc, (_ContractError, pb_utils._OutputTypeError)):
             detail = str(exc)
             status = CONTRACT_FAILURE_STATUS
         else:
@@ -370,6 +388,63 @@ def _bytes_array(array: np.ndarray) -> np.ndarray:
                        for item in array.flat]
         return out
     return array.astype(object)  # np.bytes_ ("S") array: its items become bytes
+
+
+class _BackgroundExecutes:
+    """The event loop, on a thread of its own, that a decoupled model's ``async def
+    execute`` coroutines run on, side by side (Triton's stub does the same)."""
+
+    def __init__(self, instance_name: str) -> None:
+        self.instance_name = instance_name
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True,
+                                       name=f"naiad-async-execute-{instance_name}")
+        self.thread.start()
+
+    def submit(self, coroutine: Any, pb_requests: list[Any]) -> None:
+        future = asyncio.run_coroutine_threadsafe(coroutine, self.loop)
+        future.add_done_callback(lambda done: self._done(done, pb_requests))
+
+    def _done(self, done: Any, pb_requests: list[Any]) -> None:
+        if done.cancelled():
+            return
+        exc = done.exception()
+        if exc is None and done.result() is not None:
+            exc = _ContractError(f"Python model '{self.instance_name}' is using the decoupled "
+                                 f"mode and the execute function must return None.")
+        if exc is None:
+            return
+        # Triton's words for a failed execute; the requests still open get the error
+        message = (f"Failed to process the request(s) for model '{self.instance_name}', "
+                   f"message: {describe(exc)}")
+        pb_utils.Logger.log_error(message)
+        for pb_request in pb_requests:
+            sender = pb_request._sender
+            if sender is not None and not sender._closed:
+                try:
+                    sender.send(pb_utils.InferenceResponse(error=pb_utils.TritonError(message)),
+                                flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+                except Exception:  # the model closed it meanwhile
+                    pass
+
+    def close(self, timeout: float = 30.0) -> None:
+        """Let the running executes finish (up to ``timeout`` seconds), then stop."""
+        pending = asyncio.run_coroutine_threadsafe(_drain(), self.loop)
+        try:
+            pending.result(timeout)
+        except Exception:
+            pass
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(timeout)
+        if not self.thread.is_alive():
+            self.loop.close()
+
+
+async def _drain() -> None:
+    current = asyncio.current_task()
+    tasks = [t for t in asyncio.all_tasks() if t is not current]
+    if tasks:
+        await asyncio.gather(*tasks, return_exceptions=True)
 
 
 def _finish(result: Any, loop: asyncio.AbstractEventLoop | None = None) -> Any:

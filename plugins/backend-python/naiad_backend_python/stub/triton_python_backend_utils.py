@@ -137,6 +137,8 @@ class Tensor:
     __slots__ = ("_array", "_datatype", "_name")
 
     def __init__(self, name: str, numpy_array: Any) -> None:
+        if not isinstance(name, (str, bytes)) or numpy_array is None:  # Triton: TypeError
+            raise TypeError("Tensor(): expects a name (str) and a numpy array")
         if not name:
             raise TritonModelException("Tensor name cannot be an empty string.")
         array = numpy_array if type(numpy_array) is np.ndarray else np.asarray(numpy_array)
@@ -287,10 +289,24 @@ class InferenceRequest:
                  model_name: str = "", model_version: int = -1, flags: int = 0,
                  timeout: int = 0, preferred_memory: PreferredMemory | None = None,
                  trace: Any = None, parameters: dict[str, Any] | None = None) -> None:
+        # Triton's binding checks argument types (TypeError) and that inputs are tensors
+        _check_type("InferenceRequest", "request_id", request_id, (str, bytes))
+        _check_type("InferenceRequest", "correlation_id", correlation_id, (int, str, bytes))
+        _check_type("InferenceRequest", "model_name", model_name, (str, bytes))
+        _check_type("InferenceRequest", "model_version", model_version, int)
+        _check_type("InferenceRequest", "flags", flags, int)
+        if inputs is None or requested_output_names is None:
+            raise TypeError("InferenceRequest(): inputs and requested_output_names must be "
+                            "lists")
         self._source = None
         self._inputs = list(inputs)
+        if not all(isinstance(t, Tensor) for t in self._inputs):
+            raise TritonModelException("InferenceRequest(): every input must be a "
+                                       "pb_utils.Tensor")
         self._output_names = None
         self._requested = set(requested_output_names)
+        if not all(isinstance(n, (str, bytes)) for n in self._requested):
+            raise TypeError("InferenceRequest(): requested_output_names must be strings")
         # Triton's C++ side takes bytes for a str (a name read from a BYTES tensor).
         self._request_id = _text(request_id)
         self._correlation_id = correlation_id
@@ -421,9 +437,17 @@ class InferenceRequest:
         loop = asyncio.get_running_loop()
         future = loop.create_future()
         if decoupled:
+            # As Triton's: the awaitable resolves once the first response is there, so
+            # iterating never blocks the event loop on it (concurrent calls stay concurrent)
             responses = ResponseIterator()
-            responses._cancel = calls.infer(self, True, responses._put)
-            future.set_result(responses)
+
+            def first(response: InferenceResponse, final: bool) -> None:
+                responses._put(response, final)
+                if not responses._arrived:
+                    responses._arrived = True
+                    loop.call_soon_threadsafe(_resolve, future, responses)
+
+            responses._cancel = calls.infer(self, True, first)
             return future
 
         def resolve(response: InferenceResponse, final: bool) -> None:
@@ -438,13 +462,19 @@ class InferenceResponse:
 
     __slots__ = ("_error", "_output_tensors", "_parameters")
 
-    def __init__(self, output_tensors: Sequence[Tensor] | None = None,
+    def __init__(self, output_tensors: Sequence[Tensor] = (),
                  error: TritonError | None = None,
                  parameters: dict[str, Any] | None = None) -> None:
-        if output_tensors is None:
-            output_tensors = []
-        elif type(output_tensors) is not list:
+        if type(output_tensors) is not list:
+            if output_tensors is None:  # as Triton's binding: a list, possibly empty
+                raise TypeError("InferenceResponse(): output_tensors must be a list of "
+                                "pb_utils.Tensor, not None")
             output_tensors = list(output_tensors)
+        for tensor in output_tensors:
+            if not isinstance(tensor, Tensor):  # as Triton's binding: None is a model error
+                error = TritonModelException if tensor is None else _OutputTypeError
+                raise error(f"Expected a 'Tensor' object in the output_tensors of an "
+                            f"InferenceResponse, found type '{type(tensor)}'.")
         if error is not None and not isinstance(error, TritonError):
             raise TypeError(f"InferenceResponse(): error must be a TritonError, "
                             f"not {type(error).__name__}")
@@ -589,6 +619,7 @@ class ResponseIterator:
         self._queue: queue.SimpleQueue[tuple[InferenceResponse, bool]] = queue.SimpleQueue()
         self._done = False
         self._cancel: Callable[[], None] | None = None
+        self._arrived = False  # a response (or the final flag) came: async_exec resolves
 
     def _put(self, response: InferenceResponse, final: bool) -> None:
         self._queue.put((response, final))
@@ -608,7 +639,7 @@ class ResponseIterator:
             self._cancel()
 
 
-def _resolve(future: asyncio.Future, response: InferenceResponse) -> None:
+def _resolve(future: asyncio.Future, response: Any) -> None:
     if not future.done():
         future.set_result(response)
 
@@ -657,6 +688,21 @@ def _call_response(outputs: Iterable[tuple[str, str, np.ndarray]],
                                   for name, datatype, array in outputs])
     response._parameters = parameters or None
     return response
+
+
+class _OutputTypeError(TypeError):
+    """A response made of something other than tensors: a broken execute contract (the
+    runner fails the batch as INTERNAL, as it does for other contract breaches)."""
+
+
+def _check_type(owner: str, name: str, value: Any, types: Any) -> None:
+    """TypeError as Triton's binding raises it for an argument of the wrong type (an int
+    argument takes anything with ``__index__``, numpy integers included)."""
+    allowed = types if isinstance(types, tuple) else (types,)
+    if isinstance(value, allowed) or (int in allowed and hasattr(value, "__index__")):
+        return
+    raise TypeError(f"{owner}(): {name} must be "
+                    f"{' or '.join(t.__name__ for t in allowed)}, not {type(value).__name__}")
 
 
 def _text(value: Any) -> Any:
@@ -869,25 +915,36 @@ class Logger:
     ERROR = LogLevel.ERROR
     VERBOSE = LogLevel.VERBOSE
 
+    # Triton's binding takes a str message and a LogLevel (not a plain int): TypeError else
+
     @staticmethod
     def log(message: str, level: Logger.LogLevel = LogLevel.INFO) -> None:
-        _log.log(_LEVELS[level], "%s", message, stacklevel=2)
+        if type(level) is not Logger.LogLevel:
+            raise TypeError(f"Logger.log(): level must be a pb_utils.Logger.LogLevel, not "
+                            f"{type(level).__name__}")
+        _log.log(_LEVELS[level], "%s", _message(message), stacklevel=2)
 
     @staticmethod
     def log_info(message: str) -> None:
-        _log.info("%s", message, stacklevel=2)
+        _log.info("%s", _message(message), stacklevel=2)
 
     @staticmethod
     def log_warn(message: str) -> None:
-        _log.warning("%s", message, stacklevel=2)
+        _log.warning("%s", _message(message), stacklevel=2)
 
     @staticmethod
     def log_error(message: str) -> None:
-        _log.error("%s", message, stacklevel=2)
+        _log.error("%s", _message(message), stacklevel=2)
 
     @staticmethod
     def log_verbose(message: str) -> None:
-        _log.debug("%s", message, stacklevel=2)
+        _log.debug("%s", _message(message), stacklevel=2)
+
+
+def _message(message: Any) -> str:
+    if not isinstance(message, str):
+        raise TypeError(f"Logger: the message must be a str, not {type(message).__name__}")
+    return message
 
 
 _LEVELS = {
