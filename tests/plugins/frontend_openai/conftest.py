@@ -17,6 +17,7 @@ from naiad.testing import ServerProcess, free_port, naiad_server
 from tests.plugins.frontend_openai.openai_models import (
     UPSTREAM,
     build_tokenizer,
+    write_fake_vllm_backend,
     write_lm_repository,
     write_repository,
 )
@@ -71,8 +72,9 @@ def openai_server(tmp_path_factory: pytest.TempPathFactory, tokenizer_dir: Path,
     """Triton's CPU test models and scripted_llm; --tokenizer the one trained here, the
     llama3 tool-call parser."""
     repository = write_repository(tmp_path_factory.mktemp("openai_models"))
+    backends = write_fake_vllm_backend(tmp_path_factory.mktemp("backends"))
     yield from serve_openai(repository, "--tokenizer", str(tokenizer_dir),
-                            "--tool-call-parser", "llama3")
+                            "--tool-call-parser", "llama3", "--backend-directory", str(backends))
 
 
 @pytest.fixture(scope="session")

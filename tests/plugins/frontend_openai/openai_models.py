@@ -377,6 +377,105 @@ ensemble_scheduling {
 """
 
 
+# What reaches a model, in each format: the text is the JSON of what it received.
+PARAMS_ECHO_CONFIG = """
+backend: "python"
+max_batch_size: 0
+input [
+  { name: "text_input" data_type: TYPE_STRING dims: [ 1, 1 ] },
+  { name: "stream" data_type: TYPE_BOOL dims: [ 1, 1 ] },
+  { name: "max_tokens" data_type: TYPE_INT32 dims: [ 1, 1 ] optional: true },
+  { name: "stop_words" data_type: TYPE_STRING dims: [ 1, -1 ] optional: true },
+  { name: "temperature" data_type: TYPE_FP32 dims: [ 1, 1 ] optional: true },
+  { name: "top_p" data_type: TYPE_FP32 dims: [ 1, 1 ] optional: true },
+  { name: "frequency_penalty" data_type: TYPE_FP32 dims: [ 1, 1 ] optional: true },
+  { name: "presence_penalty" data_type: TYPE_FP32 dims: [ 1, 1 ] optional: true },
+  { name: "seed" data_type: TYPE_UINT64 dims: [ 1, 1 ] optional: true }
+]
+output [ { name: "text_output" data_type: TYPE_STRING dims: [ 1, 1 ] } ]
+"""
+PARAMS_ECHO_MODEL = '''
+"""Answers the JSON of the inputs it received (TensorRT-LLM's format); stop words in hex,
+so that the frontend's own stop does not cut the answer at them."""
+import json
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+NAMES = ("text_input", "stream", "max_tokens", "stop_words", "temperature", "top_p",
+         "frequency_penalty", "presence_penalty", "seed")
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            seen = {}
+            for name in NAMES:
+                tensor = pb_utils.get_input_tensor_by_name(request, name)
+                if tensor is not None:
+                    value = tensor.as_numpy()
+                    seen[name] = {"shape": list(value.shape), "value": [
+                        (v.hex() if name == "stop_words" else v.decode())
+                        if isinstance(v, bytes) else v.item() for v in value.reshape(-1)]}
+            responses.append(pb_utils.InferenceResponse([pb_utils.Tensor(
+                "text_output", np.array([[json.dumps(seen).encode()]], dtype=object))]))
+        return responses
+'''
+# A stand-in for Triton's vllm_backend, as a Python-based backend named "vllm" (so its
+# models get vLLM's tensors): it answers the JSON of what it received.
+FAKE_VLLM_BACKEND = '''
+import json
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    @staticmethod
+    def auto_complete_config(config):
+        for name, kind, dims in (("text_input", "TYPE_STRING", [1]),
+                                 ("stream", "TYPE_BOOL", [1]),
+                                 ("sampling_parameters", "TYPE_STRING", [1]),
+                                 ("exclude_input_in_output", "TYPE_BOOL", [1]),
+                                 ("return_num_input_tokens", "TYPE_BOOL", [1]),
+                                 ("return_num_output_tokens", "TYPE_BOOL", [1])):
+            config.add_input({"name": name, "data_type": kind, "dims": dims,
+                              "optional": name != "text_input"})
+        config.add_output({"name": "text_output", "data_type": "TYPE_STRING", "dims": [-1]})
+        config.add_output({"name": "num_input_tokens", "data_type": "TYPE_UINT32", "dims": [1]})
+        config.add_output({"name": "num_output_tokens", "data_type": "TYPE_UINT32", "dims": [1]})
+        config.set_max_batch_size(0)
+        config.set_model_transaction_policy({"decoupled": True})
+        return config
+
+    def execute(self, requests):
+        for request in requests:
+            seen = {}
+            for name in ("text_input", "stream", "sampling_parameters",
+                         "exclude_input_in_output", "return_num_input_tokens"):
+                tensor = pb_utils.get_input_tensor_by_name(request, name)
+                if tensor is not None:
+                    value = tensor.as_numpy().reshape(-1)[0]
+                    # in hex: the frontend's own stop must not cut at the stop words in it
+                    seen[name] = ((value.hex() if name == "sampling_parameters"
+                                   else value.decode())
+                                  if isinstance(value, bytes) else value.item())
+            request.get_response_sender().send(pb_utils.InferenceResponse([
+                pb_utils.Tensor("text_output", np.array([json.dumps(seen).encode()], object)),
+                pb_utils.Tensor("num_input_tokens", np.array([3], np.uint32)),
+                pb_utils.Tensor("num_output_tokens", np.array([5], np.uint32))]),
+                flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+        return None
+'''
+
+
+def write_fake_vllm_backend(backends: Path) -> Path:
+    (backends / "vllm").mkdir(parents=True)
+    (backends / "vllm" / "model.py").write_text(textwrap.dedent(FAKE_VLLM_BACKEND))
+    return backends
+
+
 def _model(repository: Path, name: str, config: str, source: str,
            files_from: Path | None = None) -> None:
     version = repository / name / "1"
@@ -402,6 +501,9 @@ def write_repository(repository: Path, upstream: bool = True) -> Path:
     _model(repository, "llm_pre", ENSEMBLE_PRE_CONFIG, ENSEMBLE_PRE_MODEL)
     _model(repository, "llm_gen", ENSEMBLE_GEN_CONFIG, ENSEMBLE_GEN_MODEL)
     _model(repository, "llm_post", ENSEMBLE_POST_CONFIG, ENSEMBLE_POST_MODEL)
+    _model(repository, "params_echo", PARAMS_ECHO_CONFIG, PARAMS_ECHO_MODEL)
+    (repository / "vllm_echo" / "1").mkdir(parents=True)
+    (repository / "vllm_echo" / "config.pbtxt").write_text('backend: "vllm"\n')
     (repository / "llm_ensemble" / "1").mkdir(parents=True)
     (repository / "llm_ensemble" / "config.pbtxt").write_text(textwrap.dedent(ENSEMBLE_CONFIG))
     return repository

@@ -35,7 +35,7 @@ def test_models_are_listed(openai_server: OpenAIServer) -> None:
     client = openai_server.client()
     names = {model.id for model in client.models.list()}
     assert names == {"mock_llm", "identity_py", "scripted_llm", "tool_stream_py", "llm_pre",
-                     "llm_gen", "llm_post", "llm_ensemble"}
+                     "llm_gen", "llm_post", "llm_ensemble", "params_echo", "vllm_echo"}
     model = client.models.retrieve("scripted_llm")
     assert model.id == "scripted_llm" and model.object == "model" and model.created > 0
     with pytest.raises(openai.NotFoundError) as error:
@@ -204,3 +204,40 @@ def test_a_decoupled_ensemble_streams_through_the_api(openai_server: OpenAIServe
     assert content == ["alpha ", "beta ", "gamma "]  # one chunk per response of llm_gen
     whole = client.completions.create(model="llm_ensemble", prompt="SAY:one two", max_tokens=5)
     assert whole.choices[0].text == "one two "
+
+
+def test_sampling_parameters_in_tensorrt_llm_format(openai_server: OpenAIServer) -> None:
+    client = openai_server.client()
+    answer = client.completions.create(
+        model="params_echo", prompt="hi", max_tokens=7, temperature=0.5, top_p=0.25,
+        frequency_penalty=0.5, presence_penalty=-0.5, seed=42, stop=["@@", "##"])
+    seen = json.loads(answer.choices[0].text)
+    assert seen["text_input"] == {"shape": [1, 1], "value": ["hi"]}
+    assert seen["stream"]["value"] == [False]
+    assert seen["max_tokens"] == {"shape": [1, 1], "value": [7]}
+    assert seen["stop_words"] == {"shape": [1, 2], "value": ["@@".encode().hex(),
+                                                             "##".encode().hex()]}
+    assert seen["temperature"]["value"] == [0.5] and seen["top_p"]["value"] == [0.25]
+    assert seen["frequency_penalty"]["value"] == [0.5]
+    assert seen["presence_penalty"]["value"] == [-0.5]
+    assert seen["seed"] == {"shape": [1, 1], "value": [42]}
+    default = json.loads(client.completions.create(model="params_echo", prompt="hi")
+                         .choices[0].text)
+    assert default["max_tokens"]["value"] == [16]  # --default-max-tokens
+    assert "temperature" not in default  # nothing the request did not give
+
+
+def test_vllm_format_for_backend_vllm(openai_server: OpenAIServer) -> None:
+    client = openai_server.client()
+    answer = client.completions.create(
+        model="vllm_echo", prompt="hi", max_tokens=9, temperature=0.5, seed=3, stop="@@",
+        echo=True, extra_body={"top_k": 4, "ignore_eos": True, "unknown_field": 1})
+    text = answer.choices[0].text
+    seen = json.loads(text)
+    assert seen["text_input"] == "hi" and seen["stream"] is False
+    assert seen["exclude_input_in_output"] is False  # echo
+    assert json.loads(bytes.fromhex(seen["sampling_parameters"])) == {
+        "temperature": 0.5, "seed": 3, "stop": ["@@"], "max_tokens": 9, "top_k": 4,
+        "ignore_eos": True}
+    assert seen["return_num_input_tokens"] is True
+    assert answer.usage.prompt_tokens == 3 and answer.usage.completion_tokens == 5
