@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from upstream import upstream_copy
 
-# One test of the suite by default (each starts a server: two responses, then the
-# callable's error ends the stream); all 15 with -m long.
+# One test of the suite (each starts a server: two responses, then the callable's error
+# ends the stream), and all 15; both long.
 DEFAULT_SELECTION = "test_decoupled_infer_sample_slow_failure_iter_grpc"
 
 
@@ -28,6 +28,7 @@ def run_suite(tmp_path: Path, selection: str | None) -> subprocess.CompletedProc
                           check=False)
 
 
+@pytest.mark.long  # about 15 s; streaming and its errors are in test_lifecycle.py by default
 def test_decoupled_mode_selection(tmp_path: Path) -> None:
     done = run_suite(tmp_path, DEFAULT_SELECTION)
     assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-3000:]

@@ -56,6 +56,9 @@ async def _double(requests):
 
 @batch
 async def _count_up(n):
+    if int(n[0][0]) < 0:  # one response, then an error ends the stream
+        yield {"i": np.zeros_like(n)}
+        raise ValueError("a count must not be negative")
     for i in range(int(n[0][0])):
         await asyncio.sleep(0)
         yield {"i": np.full_like(n, i)}
@@ -179,6 +182,10 @@ def test_triton_serves_bound_callables_and_stops_clean(tmp_path: Path) -> None:
         with DecoupledModelClient(grpc_url, "CountUp") as client:
             assert [int(r["i"][0][0]) for r in
                     client.infer_batch(np.array([[2]], np.int32))] == [0, 1]
+            stream = client.infer_sample(np.array([-1], np.int32))
+            assert int(next(stream)["i"][0]) == 0
+            with pytest.raises(PyTritonClientInferenceServerError, match="must not be negative"):
+                next(stream)
         # The same stream over HTTP: Triton's generate_stream (server-sent events).
         request = urllib.request.Request(
             f"http://127.0.0.1:{ports['http_port']}/v2/models/CountUp/generate_stream",
