@@ -215,8 +215,8 @@ def test_sampling_parameters_in_tensorrt_llm_format(openai_server: OpenAIServer)
     assert seen["text_input"] == {"shape": [1, 1], "value": ["hi"]}
     assert seen["stream"]["value"] == [False]
     assert seen["max_tokens"] == {"shape": [1, 1], "value": [7]}
-    assert seen["stop_words"] == {"shape": [1, 2], "value": ["@@".encode().hex(),
-                                                             "##".encode().hex()]}
+    assert seen["stop_words"] == {"shape": [1, 2], "value": [b"@@".hex(),
+                                                             b"##".hex()]}
     assert seen["temperature"]["value"] == [0.5] and seen["top_p"]["value"] == [0.25]
     assert seen["frequency_penalty"]["value"] == [0.5]
     assert seen["presence_penalty"]["value"] == [-0.5]

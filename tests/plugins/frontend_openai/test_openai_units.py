@@ -1,0 +1,107 @@
+"""The OpenAI frontend's parts without a server: tool-call parsers (whole and streamed),
+the stop matcher, the body limit, the admission limit, the restriction parser."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+from naiad_frontend_openai.engine import Admission
+from naiad_frontend_openai.errors import OpenAIError
+from naiad_frontend_openai.generation import StopMatcher
+from naiad_frontend_openai.limits import BodyLimit
+from naiad_frontend_openai.settings import parse_restrictions
+from naiad_frontend_openai.tool_parsers import (
+    Llama3Parser,
+    MistralParser,
+    StreamingToolCalls,
+)
+
+LLAMA = ('<|python_tag|>{"name": "a", "parameters": {"x": 1}}; '
+         '{"name": "b", "parameters": {"y": "z"}}')
+MISTRAL = '[TOOL_CALLS][{"name": "a", "arguments": {"x": 1}}, {"name": "b", "arguments": {}}]'
+
+
+def test_llama3_and_mistral_parse_whole_texts() -> None:
+    content, calls = Llama3Parser().parse(LLAMA)
+    assert content is None
+    assert [(c.name, json.loads(c.arguments)) for c in calls] == [("a", {"x": 1}),
+                                                                  ("b", {"y": "z"})]
+    content, calls = MistralParser().parse(MISTRAL)
+    assert content is None and [c.name for c in calls] == ["a", "b"]
+    assert Llama3Parser().parse("plain text") == ("plain text", [])
+    assert MistralParser().parse("[TOOL_CALLS][{broken") == ("[TOOL_CALLS][{broken", [])
+    assert Llama3Parser().parse('{"no": "name"}') == ('{"no": "name"}', [])
+
+
+@pytest.mark.parametrize(("parser", "text"), [(Llama3Parser(), LLAMA),
+                                              (MistralParser(), MISTRAL)])
+def test_streamed_tool_calls_arrive_as_each_completes(parser, text: str) -> None:
+    stream = StreamingToolCalls(parser)
+    deltas = []
+    for start in range(0, len(text), 5):
+        deltas += stream.feed(text[start:start + 5], final=False)
+    deltas += stream.feed("", final=True)
+    assert not any("content" in d for d in deltas)
+    calls = [d["tool_calls"][0] for d in deltas]
+    assert [(c["index"], c["function"]["name"]) for c in calls] == [(0, "a"), (1, "b")]
+    assert stream.called
+
+
+def test_streamed_text_that_is_no_tool_call_is_content_at_once() -> None:
+    stream = StreamingToolCalls(Llama3Parser())
+    assert stream.feed("Hello", final=False) == [{"content": "Hello"}]
+    assert stream.feed(" {x}", final=False) == [{"content": " {x}"}]
+    held = StreamingToolCalls(MistralParser())
+    assert held.feed("[TOOL", final=False) == []  # could still be "[TOOL_CALLS]"
+    assert held.feed("S are", final=True) == [{"content": "[TOOLS are"}]
+
+
+def test_stop_matcher_holds_back_only_what_could_start_a_stop() -> None:
+    matcher = StopMatcher(["END", "xy"])
+    assert matcher.feed("abc") == "a"  # "bc" could begin "END"
+    assert matcher.feed("dE") == "bc"
+    assert matcher.feed("ND more") == "d"
+    assert matcher.stopped
+    assert StopMatcher([]).feed("anything") == "anything"
+    tail = StopMatcher(["END"])
+    assert tail.feed("abEN") == "ab" and tail.flush() == "EN"
+
+
+def test_admission_refuses_past_its_limit() -> None:
+    admission = Admission(2)
+    admission.enter()
+    admission.enter()
+    with pytest.raises(OpenAIError) as error:
+        admission.enter()
+    assert error.value.status == 503 and "--openai-max-concurrent-streams" in error.value.message
+    admission.leave()
+    admission.enter()
+
+
+def test_restrictions_parse_as_triton_checks_them() -> None:
+    assert parse_restrictions([["inference,metrics", "Key", "v"]]) == {
+        "inference": ("key", "v"), "metrics": ("key", "v")}
+    with pytest.raises(ValueError, match="Unknown API 'nope'"):
+        parse_restrictions([["nope", "k", "v"]])
+    with pytest.raises(ValueError, match="can not be specified in multiple config groups"):
+        parse_restrictions([["health", "k", "v"], ["health", "k2", "v2"]])
+
+
+def test_body_limit_reads_within_its_time() -> None:
+    async def app(scope, receive, send):
+        raise AssertionError("the app must not be reached")
+
+    async def slow_receive():
+        await asyncio.sleep(10)
+
+    sent = []
+
+    async def send(message):
+        sent.append(message)
+
+    limit = BodyLimit(app, 100, timeout_s=0.05)
+    asyncio.run(limit({"type": "http", "method": "POST", "path": "/v1/completions",
+                       "headers": []}, slow_receive, send))
+    assert sent[0]["status"] == 408
