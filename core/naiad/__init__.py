@@ -6,7 +6,7 @@ import pkgutil
 # (tools/naiad-pytriton): extend the package path with every naiad/ folder on sys.path.
 __path__ = pkgutil.extend_path(__path__, __name__)
 
-from naiad.hookspecs import hookimpl  # noqa: E402
+from naiad.hookspecs import hookimpl
 
 __version__ = "0.1.0"
 
