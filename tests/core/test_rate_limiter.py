@@ -287,6 +287,7 @@ def test_serve_runs_the_higher_priority_model_twice_as_often(tmp_path: Path) -> 
     assert ratio > 1.8, f"{high} high, {low} low; first 36: ratio {ratio}"
 
 
+@pytest.mark.long  # the message itself is checked by the unit test above
 def test_serve_refuses_counts_that_can_never_be_met(tmp_path: Path) -> None:
     write_models(tmp_path, counts=(4, 2))
     proc = subprocess.run(
