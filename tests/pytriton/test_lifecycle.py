@@ -115,7 +115,8 @@ def test_triton_serves_bound_callables_and_stops_clean(tmp_path: Path) -> None:
     ports = {"http_port": free_port(), "grpc_port": free_port(), "metrics_port": free_port()}
     config = TritonConfig(http_address="127.0.0.1", grpc_address="127.0.0.1",
                           metrics_address="127.0.0.1", http_header_forward_pattern="header.*",
-                          grpc_header_forward_pattern="header.*", **ports)
+                          grpc_header_forward_pattern="header.*",
+                          cache_config=["local,size=1048576"], **ports)
     workspace = tmp_path / "workspace"
     triton = Triton(config=config, workspace=workspace)
     f32 = np.float32
@@ -128,7 +129,8 @@ def test_triton_serves_bound_callables_and_stops_clean(tmp_path: Path) -> None:
                                    batcher=DynamicBatcher(max_queue_delay_microseconds=100)),
                 strict=True)
     triton.bind("Double", _double, inputs=[Tensor(name="x", dtype=np.int64, shape=(-1,))],
-                outputs=[Tensor(name="doubled", dtype=np.int64, shape=(-1,))])
+                outputs=[Tensor(name="doubled", dtype=np.int64, shape=(-1,))],
+                config=ModelConfig(response_cache=True))
     triton.bind("CountUp", _count_up, inputs=[Tensor(name="n", dtype=np.int32, shape=(1,))],
                 outputs=[Tensor(name="i", dtype=np.int32, shape=(1,))],
                 config=ModelConfig(decoupled=True))
@@ -205,6 +207,13 @@ def test_triton_serves_bound_callables_and_stops_clean(tmp_path: Path) -> None:
         found = stats.get_inference_statistics(
             "AddSub", headers={"triton-access-token": triton.get_access_token()})
         assert int(found["model_stats"][0]["inference_stats"]["success"]["count"]) == 2
+        # ... and the response cache (TritonConfig.cache_config, ModelConfig.response_cache)
+        with ModelClient(http_url, "Double") as client:
+            for _ in range(2):
+                assert int(client.infer_sample(np.array([21], np.int64))["doubled"][0]) == 42
+        found = stats.get_inference_statistics(
+            "Double", headers={"triton-access-token": triton.get_access_token()})
+        assert int(found["model_stats"][0]["inference_stats"]["cache_hit"]["count"]) >= 1
         stats.close()
         server_pid = triton._process.pid  # type: ignore[union-attr]
         processes = {server_pid} | _descendants(server_pid)
