@@ -43,6 +43,16 @@ def test_models_are_listed(openai_server: OpenAIServer) -> None:
     assert "no_such_model" in error.value.message
 
 
+def test_metrics_and_readiness_on_the_same_port(openai_server: OpenAIServer) -> None:
+    base = openai_server.base_url
+    assert requests.get(f"{base}/health/ready", timeout=10).status_code == 200
+    metrics = requests.get(f"{base}/metrics", timeout=10)
+    assert metrics.status_code == 200 and "nv_cpu_utilization" in metrics.text
+    assert 'nv_inference_request_success{model="mock_llm"' in metrics.text
+    assert requests.get(f"{base}/does-not-exist", timeout=10).status_code == 404
+    assert requests.get(f"{base}/v1/completions", timeout=10).status_code == 405
+
+
 def test_chat_through_the_chat_template(openai_server: OpenAIServer) -> None:
     client = openai_server.client()
     # mock_llm answers its prompt: the messages rendered by the tokenizer's chat template.

@@ -34,8 +34,10 @@ CASES = {
                          "no_message or empty_message or multiple_choices or "
                          "invalid_sampling or no_tokenizer or top_logprobs_without"),
 }
-#: what needs more than the default run's time (several servers each)
-LONG = {"restricted_apis", "completions", "chat_completions", "tool_parse_limit"}
+#: what needs more than the default run's time (several servers each; observability's
+#: checks are in test_openai_frontend.py too)
+LONG = {"restricted_apis", "completions", "chat_completions", "tool_parse_limit",
+        "observability"}
 
 
 @pytest.fixture(scope="module")
