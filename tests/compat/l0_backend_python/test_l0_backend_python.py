@@ -32,15 +32,23 @@ import harness  # noqa: E402
 FAST = ("model_control",)
 LONG = ("python_test", "lifecycle", "restart", "decoupled", "bls", "ensemble", "io",
         "response_sender", "argument_validation", "logging", "custom_metrics", "async_execute",
-        "request_rescheduling")
+        "variants", "env", "examples", "request_rescheduling", "python_based_backends")
 
 #: (subtest, part of a row's name) -> why it fails on naiad (docs/compatibility.md, "Triton's
 #: L0_backend_python"); each needs a change outside this harness's reach, named here
 KNOWN: dict[tuple[str, str], str] = {
+    ("python_test", "PythonTest::test_bf16"): (
+        "a deliberate difference: as_numpy() of a BF16 tensor gives an ml_dtypes.bfloat16 "
+        "array in naiad (docs/python-models.md), where Triton raises; Triton's identity_bf16 "
+        "model asserts that it raises (to_dlpack/from_dlpack, which it uses, work)"),
     ("python_test", "init_exit: log contains"): (
         "Triton's log text: naiad logs that the worker process 'was killed by SIGKILL while "
         "starting', not \"Stub process '<instance>' is not healthy.\" (the message is made in "
         "naiad_backend_python/isolated/instance.py)"),
+    ("python_test", "shm_default_byte_size: shm-default-byte-size regions"): (
+        "test.sh lists /dev/shm/triton_python_backend_shm* (Triton's stub regions, of "
+        "shm-default-byte-size bytes); naiad's workers name their regions otherwise and "
+        "unlink them once mapped, so there is nothing by that name to measure"),
     ("lifecycle", "test_triton_grpc_error_error_on"): (
         "the triton_grpc_error: true header of a gRPC stream (end the stream with the error's "
         "status) is not implemented in naiad's gRPC frontend"),
