@@ -22,6 +22,8 @@ from naiad_frontend_openai.tokenizer import Tokenizers
 from naiad_frontend_openai.tool_parsers import PARSERS, ToolCallParser
 
 T = TypeVar("T")
+#: model versions whose tensor format is kept (a reload makes a new version)
+MAX_CACHED_FORMATS = 256
 #: what owns the models in /v1/models (Triton's frontend says this; clients compare it)
 OWNED_BY = "Triton Inference Server"
 
@@ -37,6 +39,8 @@ class OpenAIService:
             PARSERS[settings.tool_call_parser]() if settings.tool_call_parser else None)
         #: model name -> when the frontend first saw it ready (the models' "created")
         self.created: dict[str, int] = {}
+        #: id(version) -> (the version, its format): read once per loaded version
+        self._formats: dict[int, tuple[Any, ModelFormat]] = {}
 
     # --- models ---------------------------------------------------------------------
 
@@ -51,7 +55,13 @@ class OpenAIService:
                 raise OpenAIError(404, message, "model_not_found", "model",
                                   detail=message) from None
             raise error from None
-        return model, ModelFormat.of(model, self.settings.request_format)
+        found = self._formats.get(id(model))
+        if found is None or found[0] is not model:
+            if len(self._formats) >= MAX_CACHED_FORMATS:  # reloads leave old versions
+                self._formats.clear()
+            found = self._formats[id(model)] = (
+                model, ModelFormat.of(model, self.settings.request_format))
+        return model, found[1]
 
     def ready_models(self) -> list[str]:
         names = sorted({entry["name"] for entry in self.server.models.index(ready_only=True)})

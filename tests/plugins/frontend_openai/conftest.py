@@ -5,13 +5,15 @@ slow part)."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 
 pytest.importorskip("naiad_frontend_openai", reason="naiad-frontend-openai is not installed")
 pytest.importorskip("openai", reason="the openai client is not installed")
+
+import openai
 
 from naiad.testing import ServerProcess, free_port, naiad_server
 from tests.plugins.frontend_openai.openai_models import (
@@ -28,20 +30,17 @@ class OpenAIServer:
     process: ServerProcess
     port: int
     repository: Path
+    #: the clients handed out, closed with the server (their connection pools)
+    clients: list = field(default_factory=list)
 
     @property
     def base_url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def client(self, **kwargs: object):
-        import openai
-
-        return openai.OpenAI(base_url=f"{self.base_url}/v1", api_key="EMPTY", **kwargs)
-
-    def async_client(self, **kwargs: object):
-        import openai
-
-        return openai.AsyncOpenAI(base_url=f"{self.base_url}/v1", api_key="EMPTY", **kwargs)
+    def client(self, **kwargs: object) -> openai.OpenAI:
+        client = openai.OpenAI(base_url=f"{self.base_url}/v1", api_key="EMPTY", **kwargs)
+        self.clients.append(client)
+        return client
 
 
 def serve_openai(repository: Path, *args: str, env: dict[str, str] | None = None
@@ -50,7 +49,12 @@ def serve_openai(repository: Path, *args: str, env: dict[str, str] | None = None
     port = free_port()
     with naiad_server("--model-repository", str(repository), "--openai-port", str(port),
                       *args, env=env, ready_timeout=120) as process:
-        yield OpenAIServer(process, port, repository)
+        server = OpenAIServer(process, port, repository)
+        try:
+            yield server
+        finally:
+            for client in server.clients:
+                client.close()
 
 
 @pytest.fixture(scope="session")
