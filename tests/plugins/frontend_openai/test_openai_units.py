@@ -105,3 +105,21 @@ def test_body_limit_reads_within_its_time() -> None:
     asyncio.run(limit({"type": "http", "method": "POST", "path": "/v1/completions",
                        "headers": []}, slow_receive, send))
     assert sent[0]["status"] == 408
+
+
+def test_the_frontend_hooks_add_flags_and_build_the_frontend() -> None:
+    from naiad.cli import build_parser
+    from naiad.plugins import PluginManager
+
+    def parse(*flags: str):
+        return build_parser().parse_args(["serve", "--model-repository", "/tmp", *flags])
+
+    options = parse("--openai-port", "1234", "--tool-call-parser", "mistral")
+    assert options.openai_port == 1234 and options.tool_call_parser == "mistral"
+    plugins = PluginManager()
+    assert plugins.load_frontends() == ["openai"]
+    assert len(plugins.frontends(options)) == 1
+    assert plugins.frontends(parse("--allow-openai=false")) == []
+    assert PluginManager(block=["naiad-frontend-openai"]).load_frontends() == []
+    with pytest.raises(SystemExit):  # a usage error, exit 2
+        parse("--openai-restricted-api", "inference,nope", "k", "v")
