@@ -60,18 +60,22 @@ class ResponseStream:
 
     def _on_response(self, response: InferenceResponse | None, final: bool) -> None:
         self.loop.call_soon_threadsafe(self.queue.put_nowait, (response, final))
+        if final:  # the request is over, read or not: it no longer counts
+            self.loop.call_soon_threadsafe(self._finish)
 
     async def __aiter__(self) -> AsyncIterator[tuple[InferenceResponse, bool]]:
         """Each response with whether it is the last; a failed one raises OpenAIError. The
         final flag alone (no response) comes as an empty response."""
         try:
-            while not self.done:
+            while True:
                 response, final = await self.queue.get()
                 if final:
                     self._finish()
                 if response is not None and response.error is not None:
                     raise from_server_error(response.error)
                 yield (response or InferenceResponse()), final
+                if final:
+                    return
         finally:
             if not self.done:
                 self.cancel()
