@@ -73,34 +73,24 @@ async def serve(options: ServerOptions, listeners: Listeners) -> int:
     grpc_server = None
     exit_code = 0
     try:
-        if listeners.allow_grpc:
-            from naiad.frontends.grpc import start_grpc_server
+        if listeners.frontend_processes and (listeners.allow_http or listeners.allow_grpc):
+            started.append(await _start_frontend_processes(server, listeners))
+        else:
+            if listeners.allow_grpc:
+                from naiad.frontends.grpc import start_grpc_server
 
-            grpc_server = await start_grpc_server(server, listeners.grpc_address,
-                                                  listeners.grpc_port, listeners.grpc)
-            log.info("gRPC inference service at %s:%d", listeners.grpc_address,
-                     listeners.grpc_port)
-        if listeners.allow_http:
-            frontend = HTTPFrontend(
-                server, restricted=listeners.http_restricted,
-                header_forward_pattern=listeners.http_header_forward_pattern)
-            http: Any
-            if listeners.frontend_processes:  # HTTP in frontend processes (docs/design.md)
-                from naiad.frontends.bridge.processes import FrontendProcesses
-
-                http = FrontendProcesses(frontend, listeners.frontend_processes,
-                                         listeners.http_address, listeners.http_port,
-                                         listeners.reuse_http_port, listeners.http_limits)
-            else:
-                http = http_listener(listeners.http_server, frontend,
+                grpc_server = await start_grpc_server(server, listeners.grpc_address,
+                                                      listeners.grpc_port, listeners.grpc)
+                log.info("gRPC inference service at %s:%d", listeners.grpc_address,
+                         listeners.grpc_port)
+            if listeners.allow_http:
+                http = http_listener(listeners.http_server, _http_frontend(server, listeners),
                                      listeners.http_address, listeners.http_port,
                                      listeners.reuse_http_port, listeners.http_limits)
-            await http.start()
-            started.append(http)
-            log.info("HTTP service at %s:%d (%s%s)", listeners.http_address,
-                     listeners.http_port, listeners.http_server,
-                     f", {listeners.frontend_processes} frontend processes"
-                     if listeners.frontend_processes else "")
+                await http.start()
+                started.append(http)
+                log.info("HTTP service at %s:%d (%s)", listeners.http_address,
+                         listeners.http_port, listeners.http_server)
         if listeners.allow_metrics:
             metrics = http_listener("uvicorn", metrics_app(server, listeners.allow_cpu_metrics,
                                                  listeners.allow_gpu_metrics),
@@ -130,6 +120,41 @@ async def serve(options: ServerOptions, listeners: Listeners) -> int:
         await listener.stop()
     watchdog.cancel()
     return exit_status(server, exit_code)
+
+
+def _http_frontend(server: InferenceServer, listeners: Listeners) -> HTTPFrontend:
+    return HTTPFrontend(server, restricted=listeners.http_restricted,
+                        header_forward_pattern=listeners.http_header_forward_pattern)
+
+
+async def _start_frontend_processes(server: InferenceServer, listeners: Listeners) -> Any:
+    """HTTP and gRPC served by ``--frontend-processes`` processes that forward every request
+    to this one (docs/design.md, "Processes"); started on return."""
+    from naiad.frontends.bridge.processes import (
+        FrontendProcesses,
+        GRPCForwarding,
+        HTTPForwarding,
+    )
+    from naiad.frontends.grpc.listener import servicer_handlers
+
+    http = grpc = None
+    if listeners.allow_http:
+        http = HTTPForwarding(_http_frontend(server, listeners), listeners.http_address,
+                              listeners.http_port, listeners.reuse_http_port,
+                              listeners.http_limits)
+    if listeners.allow_grpc:
+        grpc = GRPCForwarding(servicer_handlers(server, listeners.grpc),
+                              listeners.grpc_address, listeners.grpc_port, listeners.grpc,
+                              server.options.max_input_size, server.options.max_response_size)
+    processes = FrontendProcesses(listeners.frontend_processes, http, grpc)
+    await processes.start()
+    if http is not None:
+        log.info("HTTP service at %s:%d (uvicorn in %d frontend processes)",
+                 listeners.http_address, listeners.http_port, listeners.frontend_processes)
+    if grpc is not None:
+        log.info("gRPC inference service at %s:%d (in %d frontend processes)",
+                 listeners.grpc_address, listeners.grpc_port, listeners.frontend_processes)
+    return processes
 
 
 async def _start_plugin_frontends(server: InferenceServer, listeners: Listeners) -> list[Any]:

@@ -230,8 +230,9 @@ FLAGS: tuple[Flag, ...] = (
          help="requests to these APIs need header KEY=VALUE (repeatable)"),
     Flag(("--frontend-processes",), LISTENERS, default=0, type=int, metavar="COUNT",
          option="listeners.frontend_processes",
-         help="serve HTTP from COUNT processes that forward every request to this one, which "
-              "holds the models (0: this process serves it; naiad only; docs/operations.md)"),
+         help="serve HTTP and gRPC from COUNT processes that forward every request to this "
+              "one, which holds the models (0: this process serves them; naiad only; "
+              "docs/operations.md)"),
     Flag(("--http-server",), LISTENERS, default="uvicorn", choices=HTTP_SERVERS,
          option="listeners.http_server",
          help="the ASGI server for HTTP (default uvicorn: the faster one measured in "

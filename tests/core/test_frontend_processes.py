@@ -336,3 +336,65 @@ def test_hypercorn_with_frontend_processes_is_refused() -> None:
                           capture_output=True, text=True, timeout=60)
     assert done.returncode != 0
     assert "--frontend-processes serves HTTP with uvicorn only" in done.stderr
+
+
+# --- gRPC ---------------------------------------------------------------------------------
+
+
+def test_grpc_is_served_by_the_frontend_processes_too(server: ServerProcess) -> None:
+    """Every frontend binds the gRPC port (SO_REUSEPORT) and forwards each call: unary
+    calls, errors with their status, and a stream, with the statistics in the engine."""
+    import tritonclient.grpc as grpcclient
+    from tritonclient.utils import InferenceServerException
+
+    assert server.process is not None
+    listening = {pid for pid in _frontends(server)
+                 if _listens_on(pid, server.grpc_port)}
+    assert listening == set(_frontends(server))
+    assert not _listens_on(server.process.pid, server.grpc_port)
+
+    client = grpcclient.InferenceServerClient(server.grpc_url)
+    assert client.is_server_live() and client.is_model_ready("add_sub")
+    before = _stats(server, "add_sub")["inference_count"]
+    a = np.array([1, 2, 3, 4], np.float32)
+    inputs = [grpcclient.InferInput("INPUT0", [4], "FP32"),
+              grpcclient.InferInput("INPUT1", [4], "FP32")]
+    inputs[0].set_data_from_numpy(a)
+    inputs[1].set_data_from_numpy(a)
+    for _ in range(3):
+        np.testing.assert_array_equal(client.infer("add_sub", inputs).as_numpy("OUTPUT0"), 2 * a)
+    assert _stats(server, "add_sub")["inference_count"] - before == 3
+    with pytest.raises(InferenceServerException) as refused:
+        client.infer("no_such_model", inputs)
+    assert refused.value.status() == "StatusCode.NOT_FOUND"
+    assert "no_such_model" in refused.value.message()
+
+    responses: list = []
+    stream_input = grpcclient.InferInput("IN", [1], "INT32")
+    stream_input.set_data_from_numpy(np.array([1], np.int32))
+    done = threading.Event()
+
+    def collect(result, error) -> None:
+        responses.append(error if error is not None else result.as_numpy("OUT")[0])
+        if len(responses) == 3:
+            done.set()
+
+    client.start_stream(collect)
+    client.async_stream_infer("stream", [stream_input])
+    assert done.wait(30)
+    client.stop_stream()
+    assert responses == [0, 1, 2]
+    client.close()
+
+
+def _listens_on(pid: int, port: int) -> bool:
+    """Whether process ``pid`` holds a socket listening on TCP ``port`` (IPv4 or IPv6)."""
+    inodes = _socket_inodes(pid)
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with open(table) as f:
+            for line in f.readlines()[1:]:
+                fields = line.split()
+                if (fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port
+                        and int(fields[9]) in inodes):
+                    return True
+    return False

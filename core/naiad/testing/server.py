@@ -118,13 +118,14 @@ class ServerProcess:
         raise RuntimeError(f"server not ready after {self.ready_timeout} s:\n{self.log()}")
 
     def _ready(self) -> bool:
+        conn = http.client.HTTPConnection("127.0.0.1", self.http_port, timeout=2)
         try:
-            conn = http.client.HTTPConnection("127.0.0.1", self.http_port, timeout=2)
             conn.request("GET", "/v2/health/ready", headers=self.ready_headers)
             status = conn.getresponse().status
-            conn.close()
-        except OSError:
+        except OSError:  # not listening yet, or (frontend processes) not accepting yet
             return False
+        finally:
+            conn.close()
         return status == self.ready_status
 
     def signal(self, signum: int) -> None:

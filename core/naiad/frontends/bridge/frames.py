@@ -15,18 +15,30 @@ Engine -> frontend:
 - ``ABORT``: the application ended without finishing its answer: close the connection.
 
 Headers travel as latin-1 strings (HTTP header bytes map one to one).
+
+A gRPC call is an exchange on a second connection (:mod:`.grpc_forwarding`):
+
+- frontend -> engine ``CALL``: ``<u8 streaming> <f64 seconds left, -1: no deadline>
+  <u16 method size> <method> <u32 metadata size> <metadata: JSON>`` and, for a unary call,
+  the request message; then, for a stream, a ``MESSAGE`` per request and ``HALF_CLOSE``
+  when the client is done sending; ``DISCONNECT`` when the call ended on the client's side;
+- engine -> frontend: a ``MESSAGE`` per response (``<u8 uncompressed>`` and its bytes),
+  then ``STATUS`` (``<u8 code>`` and the details, UTF-8), which ends the call.
 """
 
 from __future__ import annotations
 
 import asyncio
+import socket
 import struct
+import threading
 from collections.abc import Callable
 from typing import Any
 
 import orjson
 
 REQUEST, BODY, DISCONNECT, RESPONSE, ABORT = 1, 2, 3, 4, 5
+CALL, MESSAGE, HALF_CLOSE, STATUS = 6, 7, 8, 9
 
 _HEAD = struct.Struct("<IBI")  # size of the rest, kind, exchange id
 _SIZE = struct.Struct("<I")
@@ -111,3 +123,92 @@ class FrameProtocol(asyncio.Protocol):
             return False
         transport.write(data)
         return True
+
+
+# --- gRPC calls ---------------------------------------------------------------------------
+
+_CALL_HEAD = struct.Struct("<BdH")
+
+
+def call_frame(exchange: int, method: str, streaming: bool, seconds_left: float | None,
+               metadata: list[list[Any]], request: bytes = b"") -> bytes:
+    name = method.encode("utf-8")
+    meta = orjson.dumps(metadata)
+    return frame(CALL, exchange, _CALL_HEAD.pack(streaming, -1.0 if seconds_left is None
+                                                 else seconds_left, len(name)),
+                 name, _SIZE.pack(len(meta)), meta, request)
+
+
+def read_call(body: memoryview) -> tuple[str, bool, float | None, list[list[Any]], bytes]:
+    """(method, streaming, seconds left, metadata, request bytes) of a CALL frame."""
+    streaming, seconds_left, name_size = _CALL_HEAD.unpack_from(body, 0)
+    position = _CALL_HEAD.size
+    method = bytes(body[position:position + name_size]).decode("utf-8")
+    position += name_size
+    (meta_size,) = _SIZE.unpack_from(body, position)
+    position += 4
+    metadata = orjson.loads(body[position:position + meta_size])
+    return (method, bool(streaming), None if seconds_left < 0 else seconds_left, metadata,
+            bytes(body[position + meta_size:]))
+
+
+def message_frame(exchange: int, data: bytes, uncompressed: bool = False) -> bytes:
+    return frame(MESSAGE, exchange, _MORE.pack(uncompressed), data)
+
+
+def status_frame(exchange: int, code: int, details: str = "") -> bytes:
+    return frame(STATUS, exchange, _MORE.pack(code), details.encode("utf-8"))
+
+
+class BlockingLink:
+    """Frames over a blocking stream socket, for threads: ``send`` from any thread, and a
+    reader thread that hands each frame to ``on_frame(kind, exchange, body)`` (a copy of
+    its own) and calls ``on_lost()`` when the connection ends."""
+
+    def __init__(self, sock: socket.socket, on_frame: OnFrame, on_lost: Callable[[], object],
+                 name: str) -> None:
+        self.sock = sock
+        self.on_frame = on_frame
+        self.on_lost = on_lost
+        self._send_lock = threading.Lock()
+        self.closed = False
+        self._reader = threading.Thread(target=self._read, name=name, daemon=True)
+
+    def start(self) -> None:
+        self._reader.start()
+
+    def send(self, data: bytes) -> bool:
+        """Send a frame; False when the connection is gone."""
+        try:
+            with self._send_lock:
+                self.sock.sendall(data)
+            return True
+        except OSError:
+            return False
+
+    def _read(self) -> None:
+        stream = self.sock.makefile("rb", buffering=256 * 1024)
+        try:
+            while True:
+                head = stream.read(HEAD_SIZE)
+                if len(head) < HEAD_SIZE:
+                    break
+                size, kind, exchange = _HEAD.unpack(head)
+                if size > MAX_FRAME_BYTES or size < 5:
+                    break
+                body = stream.read(size - 5)
+                if len(body) < size - 5:
+                    break
+                self.on_frame(kind, exchange, memoryview(body))
+        except OSError:
+            pass
+        finally:
+            self.closed = True
+            self.on_lost()
+
+    def close(self) -> None:
+        try:
+            self.sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self.sock.close()

@@ -1,8 +1,9 @@
 """The program of one frontend process (``python -m naiad.frontends.bridge.frontend_main``),
 started by the engine (:mod:`.processes`); not for users to run.
 
-It serves HTTP on the listening sockets it inherited from the engine, forwarding every
-request over the engine's Unix socket, until SIGTERM (the engine stops it after draining),
+It serves HTTP on the listening sockets it inherited from the engine, and gRPC on the gRPC
+port (shared with the other frontends), forwarding every request and call over the engine's
+Unix sockets, until SIGTERM (the engine stops it after draining),
 or until the engine's connection ends (the engine is gone). It ignores SIGINT: a Ctrl-C
 reaches the whole process group, and the engine decides when its frontends stop.
 """
@@ -18,6 +19,8 @@ import os
 import signal
 import socket
 import sys
+import threading
+from typing import Any
 
 from naiad import logs
 from naiad.frontends.bridge.frontend import EngineLink, ForwardingApp
@@ -27,6 +30,9 @@ from naiad.frontends.http.listener import UvicornListener
 log = logging.getLogger("naiad.http")
 
 _PR_SET_PDEATHSIG = 1
+# How long gRPC calls in progress may take to finish once the engine stops this frontend (it
+# has drained them already; what is left is writing their answers).
+GRPC_GRACE_S = 5.0
 
 
 def _end_with_parent(parent: int) -> None:
@@ -39,49 +45,73 @@ def _end_with_parent(parent: int) -> None:
         sys.exit(0)
 
 
-async def serve(engine: str, fds: list[int], limits: HTTPLimits) -> int:
+async def serve(args: argparse.Namespace) -> int:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGTERM, stop.set)
-    link = EngineLink(engine)
+    ended: list[asyncio.Future[Any]] = [asyncio.ensure_future(stop.wait())]
+    listener = grpc_server = None
     try:
-        await link.connect()
+        if args.grpc_engine:
+            grpc_server, ended_grpc = _start_grpc(args)
+            ended.append(loop.run_in_executor(None, ended_grpc.wait))
+        if args.engine:
+            link = EngineLink(args.engine)
+            await link.connect()
+            listener = UvicornListener(ForwardingApp(link), "", 0,
+                                       limits=HTTPLimits(**json.loads(args.limits)))
+            await listener.start([socket.socket(fileno=int(fd))
+                                  for fd in args.listen_fds.split(",")])
+            ended.append(asyncio.ensure_future(link.lost.wait()))
     except OSError as exc:
-        log.error("frontend process %d: cannot reach the engine at %s: %s", os.getpid(),
-                  engine, exc)
+        log.error("frontend process %d: cannot start: %s", os.getpid(), exc)
         return 1
-    sockets = [socket.socket(fileno=fd) for fd in fds]
-    listener = UvicornListener(ForwardingApp(link), "", 0, limits=limits)
-    await listener.start(sockets)
-    lost = asyncio.ensure_future(link.lost.wait())
-    await asyncio.wait([asyncio.ensure_future(stop.wait()), lost],
-                       return_when=asyncio.FIRST_COMPLETED)
-    if lost.done():
+    await asyncio.wait(ended, return_when=asyncio.FIRST_COMPLETED)
+    if not stop.is_set():
         log.error("frontend process %d: the engine's connection ended; stopping",
                   os.getpid())
-    await listener.stop()  # finishes the answers in progress
-    return 1 if lost.done() and not stop.is_set() else 0
+    if grpc_server is not None:  # refuse new calls; those in progress finish (as the engine)
+        stopped = grpc_server.stop(GRPC_GRACE_S)
+        await loop.run_in_executor(None, stopped.wait)
+    if listener is not None:
+        await listener.stop()  # finishes the answers in progress
+    return 0 if stop.is_set() else 1
+
+
+def _start_grpc(args: argparse.Namespace) -> tuple[Any, threading.Event]:
+    """The gRPC server, forwarding to the engine; and an event set when the engine's
+    connection ends."""
+    from naiad.frontends.bridge.grpc_forwarding import GRPCEngineLink, start_forwarding_server
+    from naiad.frontends.grpc.options import GRPCOptions
+
+    settings = json.loads(args.grpc)
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.connect(args.grpc_engine)
+    link = GRPCEngineLink(sock)
+    server, _watch = start_forwarding_server(
+        link, GRPCOptions(**settings["options"]), settings["address"], settings["port"],
+        settings["max_input_size"], settings["max_response_size"])
+    return server, link.lost
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="naiad-frontend", description=__doc__)
-    parser.add_argument("--engine", required=True, help="the engine's Unix socket")
     parser.add_argument("--parent", type=int, required=True, help="the engine's pid")
-    parser.add_argument("--listen-fds", required=True,
-                        help="inherited listening sockets, comma-separated")
-    parser.add_argument("--limits", required=True, help="HTTPLimits fields as JSON")
     parser.add_argument("--log", required=True, help="the engine's log settings as JSON")
+    parser.add_argument("--engine", help="the engine's Unix socket for HTTP")
+    parser.add_argument("--listen-fds", help="inherited HTTP listening sockets, comma-separated")
+    parser.add_argument("--limits", help="HTTPLimits fields as JSON")
+    parser.add_argument("--grpc-engine", help="the engine's Unix socket for gRPC")
+    parser.add_argument("--grpc", help="where and how to serve gRPC, as JSON")
     args = parser.parse_args(argv)
     _end_with_parent(args.parent)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     logs.configure(logs.LogSettings(**json.loads(args.log)))
-    limits = HTTPLimits(**json.loads(args.limits))
-    fds = [int(fd) for fd in args.listen_fds.split(",")]
     try:
         import uvloop
     except ImportError:
-        return asyncio.run(serve(args.engine, fds, limits))
-    return uvloop.run(serve(args.engine, fds, limits))
+        return asyncio.run(serve(args))
+    return uvloop.run(serve(args))
 
 
 if __name__ == "__main__":

@@ -1,9 +1,11 @@
 """Starting, watching and stopping the frontend processes, from the engine.
 
-:class:`FrontendProcesses` stands where the HTTP listener stands in a single-process server
-(``naiad.serve``): it binds the HTTP port, starts ``--frontend-processes`` processes that
-share that one accepting socket, and serves their requests through a
-:class:`~naiad.frontends.bridge.engine.BridgeServer`. A frontend that ends while the server
+:class:`FrontendProcesses` stands where the HTTP and gRPC listeners stand in a
+single-process server (``naiad.serve``): it binds the HTTP port, starts
+``--frontend-processes`` processes that share that one accepting socket (and bind the gRPC
+port together, SO_REUSEPORT), and serves their requests through a
+:class:`~naiad.frontends.bridge.engine.BridgeServer` and a
+:class:`~naiad.frontends.bridge.grpc_engine.GRPCBridge`. A frontend that ends while the server
 runs is logged and started again, so the port keeps being served; the engine stops them
 all, after draining, with SIGTERM (each finishes the answers it is writing).
 """
@@ -23,6 +25,8 @@ from typing import Any
 
 from naiad import logs
 from naiad.frontends.bridge.engine import BridgeServer
+from naiad.frontends.bridge.grpc_engine import GRPCBridge
+from naiad.frontends.grpc.options import GRPCOptions
 from naiad.frontends.http.limits import HTTPLimits
 from naiad.frontends.http.listener import bind_sockets
 
@@ -39,17 +43,51 @@ RESTART_DELAY_S = 1.0
 LISTEN_BACKLOG = 2048
 
 
-class FrontendProcesses:
-    """``count`` frontend processes serving HTTP on ``host:port`` for ``app``."""
+@dataclasses.dataclass
+class HTTPForwarding:
+    """What the frontends serve over HTTP: the engine's application, where and how."""
 
-    def __init__(self, app: Any, count: int, host: str, port: int, reuse_port: bool = False,
-                 limits: HTTPLimits | None = None) -> None:
+    app: Any
+    host: str
+    port: int
+    reuse_port: bool = False
+    limits: HTTPLimits = dataclasses.field(default_factory=HTTPLimits)
+
+
+@dataclasses.dataclass
+class GRPCForwarding:
+    """What the frontends serve over gRPC: the engine's method handlers, where and how."""
+
+    handlers: dict[str, Any]
+    address: str
+    port: int
+    options: GRPCOptions
+    max_input_size: int
+    max_response_size: int
+
+    def settings(self) -> str:
+        """What a frontend needs to listen, as JSON (the restricted APIs and the forwarded
+        headers are the engine's to apply)."""
+        fields = {f.name: getattr(self.options, f.name)
+                  for f in dataclasses.fields(self.options)
+                  if f.name not in ("restricted", "header_forward_pattern")}
+        return json.dumps({"address": self.address, "port": self.port, "options": fields,
+                           "max_input_size": self.max_input_size,
+                           "max_response_size": self.max_response_size})
+
+
+class FrontendProcesses:
+    """``count`` frontend processes serving ``http`` and/or ``grpc`` for the engine."""
+
+    def __init__(self, count: int, http: HTTPForwarding | None,
+                 grpc: GRPCForwarding | None) -> None:
         if count < 1:
             raise ValueError(f"--frontend-processes must be at least 1 here, got {count}")
         self.count = count
-        self.host, self.port, self.reuse_port = host, port, reuse_port
-        self.limits = limits or HTTPLimits()
-        self.bridge = BridgeServer(app)
+        self.http, self.grpc = http, grpc
+        self.bridge = BridgeServer(None if http is None else http.app)
+        self.grpc_bridge = (None if grpc is None else GRPCBridge(
+            grpc.handlers, os.path.join(self.bridge.folder, "grpc.sock")))
         self.processes: list[subprocess.Popen[bytes]] = []
         self._sockets: list[Any] = []
         self._stopping = False
@@ -59,14 +97,27 @@ class FrontendProcesses:
     def pids(self) -> list[int]:
         return [process.pid for process in self.processes]
 
+    def _connected(self) -> int:
+        """How many frontends have connected (to every bridge they use)."""
+        counts = []
+        if self.http is not None:
+            counts.append(len(self.bridge.connections))
+        if self.grpc_bridge is not None:
+            counts.append(len(self.grpc_bridge.connections))
+        return min(counts, default=self.count)
+
     async def start(self) -> None:
-        self._sockets = bind_sockets(self.host, self.port, self.reuse_port)
-        for sock in self._sockets:
-            sock.listen(LISTEN_BACKLOG)
-        await self.bridge.start()
+        http = self.http
+        if http is not None:
+            self._sockets = bind_sockets(http.host, http.port, http.reuse_port)
+            for sock in self._sockets:
+                sock.listen(LISTEN_BACKLOG)
+            await self.bridge.start()
+        if self.grpc_bridge is not None:
+            self.grpc_bridge.start()
         self.processes = [self._spawn() for _ in range(self.count)]
         deadline = time.monotonic() + START_TIMEOUT_S
-        while len(self.bridge.connections) < self.count:
+        while self._connected() < self.count:
             ended = [p for p in self.processes if p.poll() is not None]
             if ended:
                 await self.stop()
@@ -78,16 +129,20 @@ class FrontendProcesses:
                               f"{START_TIMEOUT_S:g} s")
             await asyncio.sleep(0.01)
         self._watch = asyncio.ensure_future(self._watch_processes())
-        log.info("%d frontend processes serve HTTP (pids %s)", self.count,
+        served = " and ".join(name for name, on in (("HTTP", self.http), ("gRPC", self.grpc))
+                              if on is not None)
+        log.info("%d frontend processes serve %s (pids %s)", self.count, served,
                  ", ".join(map(str, self.pids)))
 
     def _spawn(self) -> subprocess.Popen[bytes]:
         fds = [sock.fileno() for sock in self._sockets]
         argv = [sys.executable, "-m", "naiad.frontends.bridge.frontend_main",
-                "--engine", self.bridge.path, "--parent", str(os.getpid()),
-                "--listen-fds", ",".join(map(str, fds)),
-                "--limits", json.dumps(dataclasses.asdict(self.limits)),
-                "--log", json.dumps(logs.current.as_dict())]
+                "--parent", str(os.getpid()), "--log", json.dumps(logs.current.as_dict())]
+        if self.http is not None:
+            argv += ["--engine", self.bridge.path, "--listen-fds", ",".join(map(str, fds)),
+                     "--limits", json.dumps(dataclasses.asdict(self.http.limits))]
+        if self.grpc is not None and self.grpc_bridge is not None:
+            argv += ["--grpc-engine", self.grpc_bridge.path, "--grpc", self.grpc.settings()]
         # A session of its own: a signal to the server's process group (Ctrl-C) is the
         # engine's to handle; the engine stops its frontends once it has drained.
         return subprocess.Popen(argv, pass_fds=fds, stdin=subprocess.DEVNULL,
@@ -128,4 +183,6 @@ class FrontendProcesses:
                 process.wait()
         for sock in self._sockets:
             sock.close()
+        if self.grpc_bridge is not None:
+            self.grpc_bridge.stop()
         await self.bridge.stop()

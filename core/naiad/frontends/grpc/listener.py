@@ -269,6 +269,18 @@ class GRPCListener:
             self.watch.stop()
 
 
+def servicer_handlers(server: InferenceServer, options: GRPCOptions,
+                      watch: MessageWatch | None = None) -> dict[str, grpc.RpcMethodHandler]:
+    """The method handlers of ``server``'s servicer (:func:`method_handlers`), for a gRPC
+    listener or for the calls frontend processes forward (``naiad.frontends.bridge``, where
+    grpc and the message watch run in the frontends). Call it on the server's event loop."""
+    servicer = InferenceServicer(server, asyncio.get_running_loop(),
+                                 restricted=options.restricted,
+                                 header_forward_pattern=options.header_forward_pattern)
+    compression = options.infer_response_compression_level != "none"
+    return method_handlers(servicer, compression, watch)
+
+
 async def start_grpc_server(server: InferenceServer, address: str, port: int,
                             options: GRPCOptions | None = None) -> GRPCListener:
     """Serve ``server`` over gRPC on ``address:port`` as ``options`` (the ``--grpc-*``
@@ -284,13 +296,9 @@ async def start_grpc_server(server: InferenceServer, address: str, port: int,
     grpc_server = grpc.server(
         pool, options=channel_arguments(options, server.options.max_input_size,
                                         server.options.max_response_size))
-    compression = options.infer_response_compression_level != "none"
-    servicer = InferenceServicer(server, asyncio.get_running_loop(),
-                                 restricted=options.restricted,
-                                 header_forward_pattern=options.header_forward_pattern)
     watch = (MessageWatch(options.message_timeout_ms / 1000) if options.message_timeout_ms
              else None)
-    handlers = method_handlers(servicer, compression, watch)
+    handlers = servicer_handlers(server, options, watch)
     grpc_server.add_generic_rpc_handlers(
         (grpc.method_handlers_generic_handler(_SERVICE.full_name, handlers),))
     grpc_server.add_registered_method_handlers(_SERVICE.full_name, handlers)
