@@ -61,7 +61,7 @@ def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("frontends")
     write_model(root, "add_sub", ADD_SUB_CONFIG, ADD_SUB_PY)
     write_model(root, "batched", identity_config("batched", "TYPE_FP32", 16, "4") + (
-        "dynamic_batching { max_queue_delay_microseconds: %d }\n" % BATCH_WAIT_US),
+        f"dynamic_batching {{ max_queue_delay_microseconds: {BATCH_WAIT_US} }}\n"),
         IDENTITY_PY)
     write_model(root, "slow", identity_config("slow", "TYPE_FP32"), SLOW_PY)
     write_model(root, "stream", STREAM_CONFIG, STREAM_PY)
@@ -135,7 +135,7 @@ def _connections_on_every_frontend(server: ServerProcess, frontends: list[int]
         connection.request("GET", "/v2/health/live")
         assert connection.getresponse().read() == b""
         owner = _owner_of(connection, frontends)
-        (owned[owner] if owner in owned else spare).append(connection)
+        owned.get(owner, spare).append(connection)  # type: ignore[arg-type]
         if all(owned.values()):
             break
     for connection in spare:
