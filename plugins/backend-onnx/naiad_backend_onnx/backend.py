@@ -76,7 +76,7 @@ class OnnxBackend(Backend):
         release = None
         if settings.share_session:
             key = (id(context), instance_group_name(config, instance.index), instance.device_id)
-            session = self.shared.acquire(key, create)
+            session = self.shared.acquire(key, create, owner=context)
             release = functools.partial(self.shared.release, key)
         else:
             session = create()

@@ -96,10 +96,14 @@ class SharedSessions:
         self._lock = threading.Lock()
         self._sessions: dict[SessionKey, tuple[ort.InferenceSession, int]] = {}
         self._loading: dict[SessionKey, threading.Lock] = {}
+        # The objects whose id() is in a key, kept alive while the key is in use: a freed
+        # object's id may be given to another, whose load would get this session.
+        self._owners: dict[SessionKey, object] = {}
 
-    def acquire(self, key: SessionKey, create: Callable[[], ort.InferenceSession]
-                ) -> ort.InferenceSession:
-        """The session for ``key``, made with ``create()`` by the first instance to ask."""
+    def acquire(self, key: SessionKey, create: Callable[[], ort.InferenceSession],
+                owner: object = None) -> ort.InferenceSession:
+        """The session for ``key``, made with ``create()`` by the first instance to ask;
+        ``owner`` (whose ``id()`` the key holds) is kept alive until the last release."""
         with self._lock:
             loading = self._loading.setdefault(key, threading.Lock())
         # Instances load in parallel: one creates the session, the others wait for it.
@@ -113,6 +117,7 @@ class SharedSessions:
             session = create()
             with self._lock:
                 self._sessions[key] = (session, 1)
+                self._owners[key] = owner
             return session
 
     def release(self, key: SessionKey) -> None:
@@ -123,5 +128,6 @@ class SharedSessions:
             if found[1] <= 1:
                 del self._sessions[key]
                 self._loading.pop(key, None)
+                self._owners.pop(key, None)
             else:
                 self._sessions[key] = (found[0], found[1] - 1)
