@@ -263,7 +263,7 @@ def decoupled() -> list[Phase]:
               ("Specific Msg!", "Info Msg!", "Warning Msg!", "Error Msg!")]
     counts += [log_count("Finalize invoked", "==", 3), log_count("Finalize complete...", "==", 3)]
     gpu_bls = NO_GPU + " (decoupled_bls's response thread moves its inputs to CUDA)"
-    return [Phase("decoupled", models, VERBOSE,
+    return [Phase("decoupled", models, VERBOSE, server_log="decoupled_server.log",
                   steps=[pytest_step(L0 / "decoupled" / "decoupled_test.py", not_run={
                       "DecoupledTest::test_decoupled_bls": gpu_bls})],
                   after=counts)]

@@ -163,6 +163,7 @@ class ModelRunner:
         # a decoupled model's coroutine executes, run on a loop thread of their own
         self._executes: _BackgroundExecutes | None = None
         self._closed = False
+        self._whole_process = whole_process
         pb_utils._set_model_dir(self.version_dir, whole_process)
         if whole_process:
             # Triton's stub embeds Python with sys.argv == [""]; models that call
@@ -286,6 +287,8 @@ class ModelRunner:
         finalize = getattr(self.model, "finalize", None)
         if self._executes is not None:
             self._executes.close()
+        if self._whole_process:  # a worker serves this model alone: BLS ends with execute
+            pb_utils._forbid_model_calls()
         try:
             if finalize is not None:
                 _finish(finalize(), self._loop)

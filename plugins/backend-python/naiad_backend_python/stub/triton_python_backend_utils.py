@@ -588,6 +588,12 @@ def _allow_model_calls() -> None:
     _calls_allowed = True
 
 
+def _forbid_model_calls() -> None:
+    """From ``finalize`` on, BLS raises again (Triton: only during ``execute``)."""
+    global _calls_allowed
+    _calls_allowed = False
+
+
 def _model_calls() -> _ModelCalls:
     if _calls is None or not _calls_allowed:
         raise TritonModelException("BLS is only supported during the 'execute' function.")
