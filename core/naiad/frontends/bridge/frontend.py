@@ -116,7 +116,7 @@ class ForwardingApp:
             more = message.get("more_body", False)
             protocol.write(frames.with_json(frames.REQUEST, exchange, _forwarded_scope(scope),
                                             more, message.get("body", b"")))
-            while more:
+            while more and not answer.frames:  # the engine may answer early (413)
                 message = await receive()
                 if message["type"] == "http.disconnect":
                     protocol.write(frames.frame(frames.DISCONNECT, exchange))
