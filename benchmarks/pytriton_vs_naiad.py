@@ -8,7 +8,7 @@ every point.
 
 PyTriton runs with PYTRITON_NO_TENSORSTORE=1 (its base64 transport): its shared-memory tensor
 store cannot start inside its stub on this machine (the stub's libpython 3.11 does not match
-the system's 3.11 standard library), see tests/pytriton/test_differential.py.
+the system's 3.11 standard library), see tests/pytriton/test_pytriton_differential.py.
 
 Servers run one at a time on loopback and are stopped by SIGINT (SIGKILL after 60 s).
 Bounded: about 2 servers x 6 points x (measurement + start), a few minutes.

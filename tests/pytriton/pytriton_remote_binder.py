@@ -1,5 +1,5 @@
 """The real PyTriton 0.7's RemoteTriton, unmodified, binding a model into the server at
-``URL`` (run with .venv/pytriton's interpreter by test_remote_pytriton.py).
+``URL`` (run with .venv/pytriton's interpreter by test_pytriton_remote.py).
 
     python pytriton_remote_binder.py URL
 
