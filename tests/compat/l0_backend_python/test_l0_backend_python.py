@@ -8,7 +8,8 @@ and writes the per-subtest table (``NAIAD_L0_TABLE=path`` to keep it). The defau
 a fast, representative subset; every subtest runs with ``-m long``.
 
 Rows that fail on naiad for a reason this task could not fix are listed in ``KNOWN`` with the
-reason; they are reported as xfail so the table stays honest and a fix shows up as XPASS.
+reason; the subtest is reported as xfail naming them (any other failure fails it), and once
+they are fixed it simply passes.
 """
 
 from __future__ import annotations
