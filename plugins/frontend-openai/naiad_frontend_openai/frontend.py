@@ -19,12 +19,17 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from naiad.errors import InferenceServerError
+from naiad.errors import InferenceServerError, Status
 from naiad.types import FrontendContext
 from naiad_frontend_openai.chat import chat_completions
 from naiad_frontend_openai.completions import completions
 from naiad_frontend_openai.embeddings import embeddings
-from naiad_frontend_openai.errors import OpenAIError, bad_request, from_server_error
+from naiad_frontend_openai.errors import (
+    OpenAIError,
+    bad_request,
+    from_server_error,
+    server_error,
+)
 from naiad_frontend_openai.limits import BodyLimit, Restrictions
 from naiad_frontend_openai.listener import Listener
 from naiad_frontend_openai.service import OpenAIService, json_response
@@ -62,11 +67,18 @@ def _explicit_control(service: OpenAIService) -> None:
 
 
 async def load_model(service: OpenAIService, request: Request) -> Response:
+    """Triton's frontend's answers: 400 for a model already loaded, 500 for one the
+    repository does not hold, 400 for the rest of the failures."""
     name = request.path_params["model"]
     _explicit_control(service)
+    if name in service.ready_models():
+        raise bad_request(f"Model '{name}' is already loaded")
     try:
         await service.server.load_model(name)
     except InferenceServerError as exc:
+        if exc.status == Status.NOT_FOUND:
+            raise server_error(f"failed to poll from model repository: {exc.message}") \
+                from None
         raise bad_request(exc.message) from None
     service.created.pop(name, None)
     return json_response(service.model_card(name))
@@ -75,6 +87,8 @@ async def load_model(service: OpenAIService, request: Request) -> Response:
 async def unload_model(service: OpenAIService, request: Request) -> Response:
     name = request.path_params["model"]
     _explicit_control(service)
+    if name not in service.ready_models():
+        raise bad_request(f"Unknown model: {name}")
     try:
         await service.server.unload_model(name)
     except InferenceServerError as exc:
