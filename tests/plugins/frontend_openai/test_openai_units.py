@@ -123,3 +123,36 @@ def test_the_frontend_hooks_add_flags_and_build_the_frontend() -> None:
     assert PluginManager(block=["naiad-frontend-openai"]).load_frontends() == []
     with pytest.raises(SystemExit):  # a usage error, exit 2
         parse("--openai-restricted-api", "inference,nope", "k", "v")
+
+
+def test_chat_templates_render_without_transformers(tmp_path) -> None:
+    import subprocess
+    import sys
+
+    from naiad_frontend_openai.tokenizer import Tokenizers, count_tokens
+
+    from tests.plugins.frontend_openai.openai_models import build_tokenizer
+
+    folder = build_tokenizer(tmp_path / "tokenizer")
+    tokenizers = Tokenizers(str(folder), None)
+    tokenizers.preload()
+    tokenizer = tokenizers._cache[str(folder)]
+    messages = [{"role": "user", "content": "hello"}]
+    assert tokenizers.apply_chat_template(tokenizer, messages, None) == \
+        "<|user|>hello\n<|assistant|>"
+    tools = [{"type": "function", "function": {"name": "f"}}]
+    assert '<|tools|>[{"type": "function"' in tokenizers.apply_chat_template(
+        tokenizer, messages, tools)
+    assert count_tokens(tokenizer, "hello world") > 0
+    override = tmp_path / "template.jinja"
+    override.write_text("{{ bos_token }}{% for m in messages %}[{{ m['content'] }}]{% endfor %}")
+    assert Tokenizers(str(folder), override).apply_chat_template(tokenizer, messages, None) \
+        == "<s>[hello]"
+    # Reading a tokenizer folder and rendering its template import no transformers.
+    check = subprocess.run([sys.executable, "-c", (
+        "import sys; from naiad_frontend_openai.tokenizer import Tokenizers; "
+        f"t = Tokenizers({str(folder)!r}, None); t.preload(); "
+        f"t.apply_chat_template(t._cache[{str(folder)!r}], [{{'role': 'user', "
+        "'content': 'x'}], None); assert 'transformers' not in sys.modules")],
+        capture_output=True, text=True, timeout=60)
+    assert check.returncode == 0, check.stderr
