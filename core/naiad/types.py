@@ -219,7 +219,8 @@ class InferenceClient(abc.ABC):
     @abc.abstractmethod
     def unload(self, name: str, unload_dependents: bool = False) -> Future[None]:
         """Unload model ``name`` as the repository API's unload does (the ensembles that
-        call it go with it, as in Triton, whatever ``unload_dependents`` says)."""
+        call it go with it, as in Triton; with ``unload_dependents``, an ensemble's
+        composing models go too)."""
 
 
 @dataclass(slots=True, frozen=True)
