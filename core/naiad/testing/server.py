@@ -19,6 +19,8 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
+from naiad.testing.parent_death import popen_ending_with_this_process
+
 SECONDS = 1.0
 
 
@@ -49,7 +51,8 @@ class ServerProcess:
     ``start()`` waits until ``GET /v2/health/ready`` (sent with ``ready_headers``, for a
     server whose health API is restricted) answers 200 (or ``ready_status``), the process
     exits, or ``ready_timeout`` passes. ``stop()`` sends SIGTERM to the process group
-    and SIGKILL after ``stop_timeout``.
+    and SIGKILL after ``stop_timeout``. The server also gets SIGTERM when the process that
+    started it ends, however it ends (Linux; see ``naiad.testing.parent_death``).
     """
 
     def __init__(
@@ -96,7 +99,7 @@ class ServerProcess:
 
     def start(self) -> ServerProcess:
         with open(self.log_path, "wb") as log:
-            self.process = subprocess.Popen(
+            self.process = popen_ending_with_this_process(
                 self.cmd,
                 stdout=log,
                 stderr=subprocess.STDOUT,
