@@ -9,7 +9,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from naiad import __version__, logs, serve_flags, tritonserver_flags
+from naiad import __version__, install_hints, logs, serve_flags, tritonserver_flags
 from naiad.errors import InferenceServerError
 from naiad.frontends.forwarding import compile_pattern
 from naiad.frontends.grpc.options import GRPCOptions
@@ -236,8 +236,9 @@ def _list_plugins() -> int:
 # main(argv) -> int), and the distribution that provides each known one.
 COMMANDS_GROUP = "naiad.commands"
 BUILTIN_COMMANDS = ("serve", "plugins")
-KNOWN_COMMANDS = {"perf": ("naiad-perf", "./tools/naiad-perf"),
-                  "analyze": ("naiad-perf", "./tools/naiad-perf")}
+KNOWN_COMMANDS = {"perf": ("naiad-perf", "tools/naiad-perf"),
+                  "analyze": ("naiad-perf", "tools/naiad-perf"),
+                  "convert": ("naiad-convert", "tools/naiad-convert")}
 
 
 def _external_command(argv: Sequence[str] | None) -> int | None:
@@ -254,8 +255,8 @@ def _external_command(argv: Sequence[str] | None) -> int | None:
     if args[0] in KNOWN_COMMANDS:
         distribution, folder = KNOWN_COMMANDS[args[0]]
         print(f"naiad: '{args[0]}' is provided by the {distribution} distribution, which is "
-              f"not installed: pip install {distribution} (from a checkout: pip install "
-              f"{folder})", file=sys.stderr)
+              f"not installed; {install_hints.install_hint(distribution, folder)}",
+              file=sys.stderr)
         return 2
     return None
 

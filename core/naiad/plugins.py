@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 import pluggy
 
-from naiad import hookspecs
+from naiad import hookspecs, install_hints
 from naiad.errors import unavailable
 from naiad.scheduling import hookspecs as scheduling_hookspecs
 
@@ -78,10 +78,8 @@ class KnownPlugin:
     extra: str
 
     def install_hint(self) -> str:
-        """How to install it, from the package index and from a checkout."""
-        return (f"install {self.distribution} from the package index (pip install "
-                f"{self.distribution}, or pip install 'naiad[{self.extra}]') or from a naiad "
-                f"checkout (pip install ./{self.folder})")
+        """How to install it from a checkout, a wheel folder and the index (in that order)."""
+        return install_hints.install_hint(self.distribution, self.folder, self.extra)
 
 
 #: naiad's plugin distributions by (kind, entry point name): the backend a config names, the

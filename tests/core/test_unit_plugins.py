@@ -176,7 +176,8 @@ def test_missing_first_party_plugin_says_how_to_install_it_both_ways(installed, 
     message = unavailable(lambda: load_missing(PluginManager(), kind, name), f"'{name}",
                           "installed", f"pip install {plugin.distribution}",
                           f"pip install 'naiad[{plugin.extra}]'",
-                          f"from a naiad checkout (pip install ./{plugin.folder})")
+                          f"naiad checkout ({Path(__file__).parents[2]}): pip install "
+                          f"./{plugin.folder}")
     assert (Path(__file__).parents[2] / plugin.folder / "pyproject.toml").is_file(), message
 
 
