@@ -30,6 +30,7 @@ from naiad.models.staging import DEFAULT_MAX_BYTES
 from naiad.plugins import DEFAULT_BACKEND_DIRECTORY
 from naiad.scheduling.rate_limiter import MODES as RATE_LIMIT_MODES
 from naiad.server_options import MIB
+from naiad.shm import DEFAULT_MAX_REGIONS as DEFAULT_MAX_SHM_REGIONS
 from naiad.tritonserver_flags import parse_bool
 
 # The groups of ``naiad serve --help``, in order.
@@ -54,6 +55,14 @@ def _backend_config(value: str) -> tuple[str, str, str]:
     if not eq or not key:
         raise argparse.ArgumentTypeError(f"expected NAME,KEY=VALUE, got '{value}'")
     return name, key, val
+
+
+def _at_least_one(value: str) -> int:
+    """A count that must be 1 or more."""
+    count = int(value)
+    if count < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {count}")
+    return count
 
 
 def _cache_config(value: str) -> tuple[str, str, str]:
@@ -182,6 +191,10 @@ FLAGS: tuple[Flag, ...] = (
          type=int, metavar="N", option="server.max_priority_levels",
          help="the most dynamic_batching priority_levels a model may have; more fails its load "
               "(naiad only; default 1000)"),
+    Flag(("--max-shared-memory-regions",), SERVER, default=DEFAULT_MAX_SHM_REGIONS,
+         type=_at_least_one, metavar="N", option="server.max_shared_memory_regions",
+         help="the most system shared memory regions registered at once (each holds a file "
+              "descriptor); one more is refused RESOURCE_EXHAUSTED (naiad only; default 1024)"),
     Flag(("--backend-directory",), MODEL_REPOSITORY, default=DEFAULT_BACKEND_DIRECTORY,
          metavar="PATH", option="server.backend_directory",
          help="where Triton's Python-based backends live (PATH/NAME/model.py serves models "

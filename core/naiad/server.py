@@ -113,7 +113,7 @@ class InferenceServer:
         if options.model_control_mode == "poll":
             self.poller = RepositoryPoller(self.models, options.repository_poll_secs,
                                            after_change=self.settle_heap)
-        self.shared_memory = SharedMemoryRegistry()
+        self.shared_memory = SharedMemoryRegistry(options.max_shared_memory_regions)
         #: the private folders of models deployed with their files (the load API)
         self.staging = ModelStaging(options.load_files_directory, options.load_files_max_size)
         self._staging_sweeps: set[asyncio.Task[None]] = set()

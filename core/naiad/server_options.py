@@ -11,6 +11,7 @@ from naiad.models.progress import DEFAULT_PROGRESS_S
 from naiad.models.staging import DEFAULT_MAX_BYTES
 from naiad.repository.mirror import MirrorSettings
 from naiad.scheduling.rate_limiter import ResourceFlag
+from naiad.shm import DEFAULT_MAX_REGIONS as DEFAULT_MAX_SHM_REGIONS
 from naiad.tracing import TraceConfig
 
 MIB = 1024 * 1024
@@ -35,6 +36,8 @@ class ServerOptions:
     # initial value); a larger configuration fails its load (naiad.models.limits).
     max_priority_levels: int = DEFAULT_MAX_PRIORITY_LEVELS
     max_config_tensor_bytes: int = DEFAULT_MAX_CONFIG_TENSOR_BYTES
+    # naiad only: the most system shared memory regions registered at once (naiad.shm).
+    max_shared_memory_regions: int = DEFAULT_MAX_SHM_REGIONS
     # --rate-limit (off | execution_count) and its --rate-limit-resource counts
     # (naiad.scheduling.rate_limiter)
     rate_limit: str = "off"

@@ -13,6 +13,13 @@ of a signal. Every access checks the region's span against the file's live size 
 refused: the client is told the region, the span and the live size, and the server keeps
 serving. A read copies the bytes once, as reading a mapping did.
 
+So a registration holds a descriptor where Triton holds a mapping (and closes its
+descriptor): the price of surviving a shrunk file. It is bounded instead: at most
+``max_regions`` registrations (``--max-shared-memory-regions``), and a key is registered
+once, as tritonserver 2.51 refuses a second name for an active key ("Invalid shared memory
+region: 'KEY'", there a 500; here ALREADY_EXISTS, 409), so descriptors never outnumber the
+cap however a client loops.
+
 A request keeps what it took from the registry: an input is copied when the request is
 decoded, an output target (:meth:`SharedMemoryRegistry.target`) holds the
 :class:`Region` itself, whose descriptor stays open until the last holder drops it. So
@@ -36,6 +43,10 @@ import weakref
 from naiad.errors import InferenceServerError, Status, invalid_arg, not_found, unsupported
 
 SHM_ROOT = "/dev/shm"
+
+#: ``--max-shared-memory-regions``: system shared memory regions registered at once (each
+#: holds one descriptor). Triton has no bound; about 20,000 exhausted naiad's descriptors.
+DEFAULT_MAX_REGIONS = 1024
 
 # Linux moves at most this many bytes per read()/write() call (MAX_RW_COUNT): larger
 # transfers take several calls.
@@ -138,12 +149,21 @@ def _open_object(name: str, key: str) -> int:
     return fd
 
 
+def _same_object(key: str, other: str) -> bool:
+    """Whether two keys name one shared memory object ('/k' and 'k' do)."""
+    return key.removeprefix("/") == other.removeprefix("/")
+
+
 class SharedMemoryRegistry:
     """Registered system shared memory regions, by name."""
 
-    def __init__(self) -> None:
+    def __init__(self, max_regions: int = DEFAULT_MAX_REGIONS) -> None:
+        if max_regions < 1:
+            raise ValueError(f"max_regions must be at least 1, got {max_regions}")
         self._regions: dict[str, Region] = {}
         self._lock = threading.Lock()
+        #: the most regions registered at once (``--max-shared-memory-regions``)
+        self.max_regions = max_regions
 
     def register(self, name: str, key: str, offset: int, byte_size: int) -> None:
         if not name:
@@ -155,6 +175,19 @@ class SharedMemoryRegistry:
             if name in self._regions:
                 raise InferenceServerError(
                     f"shared memory region '{name}' is already registered", Status.ALREADY_EXISTS)
+            holder = next((r.name for r in self._regions.values()
+                           if _same_object(r.key, key)), None)
+            if holder is not None:
+                raise InferenceServerError(
+                    f"Invalid shared memory region: '{key}' (shared memory region "
+                    f"'{name}': the key is already registered as region '{holder}'; a key "
+                    f"may be registered once)", Status.ALREADY_EXISTS)
+            if len(self._regions) >= self.max_regions:
+                raise InferenceServerError(
+                    f"unable to register shared memory region '{name}': "
+                    f"{len(self._regions)} regions are registered, the most this server "
+                    f"holds (--max-shared-memory-regions={self.max_regions}); unregister "
+                    f"one first", Status.RESOURCE_EXHAUSTED)
             fd = _open_object(name, key)
             size = os.fstat(fd).st_size
             if offset + byte_size > size:
