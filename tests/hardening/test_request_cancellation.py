@@ -1,4 +1,4 @@
-"""Triton's qa/L0_request_cancellation, the parts tests/core/test_frontend_cancellation.py
+"""Triton's qa/L0_request_cancellation, the parts tests/core/frontends/test_frontend_cancellation.py
 lacks: a gRPC ``async_infer`` cancelled, a gRPC stream cancelled with requests queued, and
 HTTP clients that disconnect, each with one request executing and two queued behind it
 (models/sleepy behind a one-instance dynamic batcher: ``sleepy_batched``).

@@ -23,7 +23,7 @@ from zoo import ADD_SUB_CONFIG, ADD_SUB_PY, IDENTITY_PY, identity_config, write_
 from naiad.metrics.gpu_lines import GPU_FAMILIES
 from naiad.testing import ServerProcess, naiad_server
 
-DASHBOARD = Path(__file__).parents[2] / "deploy" / "grafana" / "naiad.json"
+DASHBOARD = Path(__file__).parents[3] / "deploy" / "grafana" / "naiad.json"
 # PromQL words that look like names but are not metrics
 _KEYWORDS = {"by", "without", "on", "ignoring", "group_left", "group_right", "offset",
              "bool", "and", "or", "unless", "inf", "nan"}

@@ -18,7 +18,7 @@ from zoo import write_model
 
 from naiad.testing import naiad_server
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "model_repository"
+EXAMPLES = Path(__file__).resolve().parents[3] / "examples" / "model_repository"
 HTTP_NAMES = ["HTTP_RECV_START", "HTTP_RECV_END", "REQUEST_START", "QUEUE_START",
               "COMPUTE_START", "COMPUTE_INPUT_END", "COMPUTE_OUTPUT_START", "COMPUTE_END",
               "INFER_RESPONSE_COMPLETE", "REQUEST_END", "HTTP_SEND_START", "HTTP_SEND_END"]

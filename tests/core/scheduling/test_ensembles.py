@@ -21,7 +21,7 @@ from zoo import BROKEN_INIT_PY, IDENTITY_PY, RAISES_PY, identity_config, write_m
 
 from naiad.testing import naiad_server
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "model_repository"
+EXAMPLES = Path(__file__).resolve().parents[3] / "examples" / "model_repository"
 PROTOCOLS = ["http", "grpc"]
 INVALID = {"http": "400", "grpc": "StatusCode.INVALID_ARGUMENT"}
 

@@ -34,7 +34,7 @@ from naiad.tracing.otel import OpenTelemetryExporter
 from naiad.tracing.settings import parse_trace_config
 from naiad.types import InferenceRequest, InferenceResponse
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "model_repository"
+EXAMPLES = Path(__file__).resolve().parents[3] / "examples" / "model_repository"
 HTTP_PARENT = ("0af7651916cd43dd8448eb211c80319c", "b7ad6b7169203331")
 GRPC_PARENT = ("1af7651916cd43dd8448eb211c80319c", "c7ad6b7169203331")
 ENSEMBLE_PARENT = ("2af7651916cd43dd8448eb211c80319c", "d7ad6b7169203331")

@@ -3,7 +3,7 @@ histogram_latencies=true`` a decoupled model's versions record the milliseconds 
 request's arrival to its first response, with Triton's buckets and lines (Triton records it
 for decoupled models only; the 2.51 binary of ../shared/triton has no such histogram at all,
 see tests/compat/TRITON_OBSERVED.md). Off by default; a value that is not a boolean is
-refused (tests/core/test_unit_latency_metrics.py covers the other keys)."""
+refused (tests/core/metrics/test_unit_latency_metrics.py covers the other keys)."""
 
 from __future__ import annotations
 

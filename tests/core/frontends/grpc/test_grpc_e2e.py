@@ -389,7 +389,7 @@ def test_trace_and_log_settings(client):
     assert "trace file name is not given" in err.message()
     logs = client.get_log_settings(as_json=True)["settings"]
     assert {"log_info", "log_warning", "log_error", "log_verbose_level"} <= set(logs)
-    try:  # tests/core/test_log_and_trace_settings.py checks that a change takes effect
+    try:  # tests/core/tracing/test_log_and_trace_settings.py checks that a change takes effect
         changed = client.update_log_settings(settings={"log_warning": False}, as_json=True)
         assert changed["settings"]["log_warning"] == {"bool_param": False}
     finally:

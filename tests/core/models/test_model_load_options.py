@@ -160,7 +160,7 @@ def test_a_failed_load_is_tried_retry_count_more_times(tmp_path, retries):
 def test_one_load_thread_loads_an_ensemble_and_its_steps_without_waiting_for_ever(tmp_path):
     """An ensemble waits for its composing models while they load; it must hold no load
     slot meanwhile, or a single slot would deadlock start-up."""
-    examples = Path(__file__).resolve().parents[2] / "examples" / "model_repository"
+    examples = Path(__file__).resolve().parents[3] / "examples" / "model_repository"
     for name in ("pipeline", "add_sub", "mul"):
         shutil.copytree(examples / name, tmp_path / name,
                         ignore=shutil.ignore_patterns("__pycache__"))
