@@ -26,6 +26,7 @@ from naiad.metrics.stats import ModelStats
 from naiad.models.ensemble_links import composing_models, ensembles_calling
 from naiad.models.instances import expand_instance_groups
 from naiad.models.loader import load_version, stop_workers
+from naiad.models.name_locks import NameLocks
 from naiad.models.progress import progress
 from naiad.models.records import (
     LOADING,
@@ -71,7 +72,8 @@ class ModelManager:
         self.plugins = plugins
         self.options = options
         self.models: dict[str, ModelRecord] = {}
-        self._locks: dict[str, asyncio.Lock] = {}
+        #: per-name load/unload serialisation, kept only while in use
+        self._locks = NameLocks()
         # Bounds the versions whose instances are being created at once, as Triton's pool
         # of --model-load-thread-count loader threads does.
         self._load_slots = asyncio.Semaphore(max(1, options.load_thread_count))
@@ -290,8 +292,7 @@ class ModelManager:
 
     async def _load(self, name: str, config_override: str | None, reuse: bool,
                     once: bool, folder: Path | None = None) -> None:
-        lock = self._locks.setdefault(name, asyncio.Lock())
-        async with lock:
+        async with self._locks.hold(name):
             batch = _BATCH.get()
             if once and batch is not None and name in batch:
                 # Loaded meanwhile as the step of an ensemble: report that outcome.
@@ -466,8 +467,7 @@ class ModelManager:
         await self._unload(name)
 
     async def _unload(self, name: str) -> None:
-        lock = self._locks.setdefault(name, asyncio.Lock())
-        async with lock:
+        async with self._locks.hold(name):
             record = self.models.get(name)
             if record is None or not record.versions:
                 return
