@@ -9,7 +9,14 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from naiad import __version__, install_hints, logs, serve_flags, tritonserver_flags
+from naiad import (
+    __version__,
+    flag_suggestions,
+    install_hints,
+    logs,
+    serve_flags,
+    tritonserver_flags,
+)
 from naiad.errors import InferenceServerError
 from naiad.frontends.forwarding import compile_pattern
 from naiad.frontends.grpc.options import GRPCOptions
@@ -17,7 +24,7 @@ from naiad.frontends.http.limits import HTTPLimits
 from naiad.frontends.restrictions import parse_restrictions
 from naiad.metrics.config import MetricsConfig, parse_metrics_config
 from naiad.models.paths import name_problem, repository_problems
-from naiad.plugins import PluginManager, installed_plugins
+from naiad.plugins import ENTRY_POINT_GROUPS, PluginManager, installed_plugins
 from naiad.repository.mirror import MirrorSettings
 from naiad.scheduling.rate_limiter import parse_resource_flag
 from naiad.serve import Listeners, run
@@ -46,13 +53,29 @@ def _response_cache(args: argparse.Namespace) -> tuple[str, dict[str, str]]:
 
 
 class _Parser(argparse.ArgumentParser):
+    """argparse with naiad's error: the error line first, a suggestion for a misspelled flag,
+    and where the full list is (``naiad serve``'s usage block alone is 75 lines)."""
+
     def error(self, message: str) -> None:  # type: ignore[override]
-        self.print_usage(sys.stderr)
-        hint = ""
+        lines = [f"{self.prog}: error: {message}"]
         if "unrecognized arguments" in message:
-            hint = ("\nnaiad serve takes tritonserver's flag names; "
-                    "'naiad serve --help' lists the ones it supports")
-        self.exit(2, f"{self.prog}: error: {message}{hint}\n")
+            unknown = message.split(":", 1)[1].split()
+            lines += flag_suggestions.suggestions(unknown, self._every_option())
+            lines.append("naiad serve takes tritonserver's flag names; "
+                         "'naiad serve --help' lists the ones it supports")
+        else:
+            lines.append(f"'{self.prog} --help' lists the flags")
+        self.exit(2, "\n".join(lines) + "\n")
+
+    def _every_option(self) -> list[str]:
+        """The option strings of this parser and of its subcommands' parsers."""
+        found: list[str] = []
+        for action in self._actions:
+            found += action.option_strings
+            if isinstance(action, argparse._SubParsersAction):
+                for sub in action.choices.values():
+                    found += [o for a in sub._actions for o in a.option_strings]
+        return found
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -70,7 +93,17 @@ def build_parser() -> argparse.ArgumentParser:
     frontend_plugins.load_frontends(check_permission=False)
     frontend_plugins.add_frontend_options(serve)
 
-    commands.add_parser("plugins", help="list installed plugins per group")
+    commands.add_parser("plugins", help="list installed plugins and commands per group")
+    # Commands of other installed distributions: listed here, run by _external_command.
+    installed = installed_commands()
+    missing = [f"{name} ({known[0]})" for name, known in KNOWN_COMMANDS.items()
+               if name not in installed]
+    for name, distribution in installed.items():
+        summary = KNOWN_COMMANDS.get(name, ("", "", f"from {distribution}"))[2]
+        commands.add_parser(name, help=summary, add_help=False)
+    if missing:
+        parser.epilog = (f"Not installed: {', '.join(missing)}; 'naiad NAME' says how to "
+                         f"install it.")
     return parser
 
 
@@ -219,7 +252,7 @@ def _check(args: argparse.Namespace) -> list[str]:
 
 
 def _list_plugins() -> int:
-    plugins = installed_plugins()
+    plugins = installed_plugins(groups=(*ENTRY_POINT_GROUPS.values(), COMMANDS_GROUP))
     if not plugins:
         print("no naiad plugins installed")
         return 0
@@ -236,9 +269,21 @@ def _list_plugins() -> int:
 # main(argv) -> int), and the distribution that provides each known one.
 COMMANDS_GROUP = "naiad.commands"
 BUILTIN_COMMANDS = ("serve", "plugins")
-KNOWN_COMMANDS = {"perf": ("naiad-perf", "tools/naiad-perf"),
-                  "analyze": ("naiad-perf", "tools/naiad-perf"),
-                  "convert": ("naiad-convert", "tools/naiad-convert")}
+KNOWN_COMMANDS = {
+    "perf": ("naiad-perf", "tools/naiad-perf",
+             "measure a served model's latency and throughput (perf_analyzer's job)"),
+    "analyze": ("naiad-perf", "tools/naiad-perf",
+                "find a model's best configuration by measuring (Model Analyzer's job)"),
+    "convert": ("naiad-convert", "tools/naiad-convert",
+                "export a model to the formats that fit and serve the best (Model "
+                "Navigator's job)"),
+}
+
+
+def installed_commands() -> dict[str, str]:
+    """Every installed "naiad.commands" entry point: name -> its distribution's name."""
+    return {plugin.name: plugin.distribution
+            for plugin in installed_plugins(groups=(COMMANDS_GROUP,))}
 
 
 def _external_command(argv: Sequence[str] | None) -> int | None:
@@ -253,7 +298,7 @@ def _external_command(argv: Sequence[str] | None) -> int | None:
         if entry.name == args[0]:
             return int(entry.load()(args[1:]) or 0)
     if args[0] in KNOWN_COMMANDS:
-        distribution, folder = KNOWN_COMMANDS[args[0]]
+        distribution, folder, _ = KNOWN_COMMANDS[args[0]]
         print(f"naiad: '{args[0]}' is provided by the {distribution} distribution, which is "
               f"not installed; {install_hints.install_hint(distribution, folder)}",
               file=sys.stderr)

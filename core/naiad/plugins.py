@@ -14,6 +14,7 @@ import importlib.util
 import logging
 import os
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -134,10 +135,11 @@ class InstalledPlugin:
     version: str
 
 
-def installed_plugins() -> list[InstalledPlugin]:
-    """Every entry point in naiad's groups, without importing any of them."""
+def installed_plugins(groups: Sequence[str] | None = None) -> list[InstalledPlugin]:
+    """Every entry point in ``groups`` (naiad's plugin groups by default), without importing
+    any of them."""
     found = []
-    for group in ENTRY_POINT_GROUPS.values():
+    for group in ENTRY_POINT_GROUPS.values() if groups is None else groups:
         for ep in importlib.metadata.entry_points(group=group):
             dist = ep.dist
             found.append(
