@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from naiad import cli as naiad_cli
+from naiad.testing import free_port
 from naiad_perf import LoadSpec, Measurement, PerfError
 from naiad_perf.cli import _concurrency, _id_range, _rates, _shape
 from naiad_perf.model import ServerCounters
@@ -161,5 +162,24 @@ def test_plot_png_and_the_missing_extra(tmp_path: Path, monkeypatch: pytest.Monk
     with pytest.raises(PerfError, match=r"expected a \.png or \.html"):
         write_plot(tmp_path / "p.svg", spec, results)
     monkeypatch.setitem(sys.modules, "matplotlib", None)
-    with pytest.raises(PerfError, match=r"pip install 'naiad-perf\[plot\]'"):
+    with pytest.raises(PerfError, match=r"needs matplotlib: pip install matplotlib \(from "
+                                        r"a naiad checkout: pip install "
+                                        r"'./tools/naiad-perf\[plot\]'"):
         write_plot(tmp_path / "q.png", spec, results)
+
+
+def test_a_plot_it_cannot_write_fails_before_measuring(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    # Nothing listens on the URL's port: an error about the plot proves no request was sent.
+    url = f"127.0.0.1:{free_port()}"
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    status, out, err = run_cli(capsys, "-m", "add_sub", "-u", url, "--plot",
+                               str(tmp_path / "x.png"))
+    assert (status, out) == (1, "")
+    assert err.startswith("naiad perf: error: --plot FILE.png needs matplotlib")
+    status, out, err = run_cli(capsys, "-m", "add_sub", "-u", url, "--plot",
+                               str(tmp_path / "missing" / "x.html"))
+    assert (status, out) == (1, "")
+    assert err.startswith(f"naiad perf: error: --plot {tmp_path / 'missing' / 'x.html'}: the "
+                          "folder")

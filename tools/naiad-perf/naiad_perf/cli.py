@@ -9,7 +9,7 @@ from pathlib import Path
 
 from naiad_perf.api import LoadSpec, Measurement, measure
 from naiad_perf.model import PerfError, check_load, read_model
-from naiad_perf.plot import write_plot
+from naiad_perf.plot import check_plot, write_plot
 from naiad_perf.report import block, settings, summary, write_csv
 from naiad_perf.runner import automatic_workers
 
@@ -162,7 +162,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     rates = args.request_rate_range or []
     concurrency = [] if rates else (args.concurrency_range or [1])
     out = sys.stdout
-    try:  # a model that is not there, or a load it cannot take, before any report line
+    try:  # a model that is not there, a load it cannot take, a plot it cannot write: first
+        if args.plot is not None:
+            check_plot(args.plot)
         check_load(spec, read_model(spec))
     except PerfError as exc:
         print(f"naiad perf: error: {exc}", file=sys.stderr)

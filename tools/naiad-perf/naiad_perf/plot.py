@@ -7,6 +7,7 @@ matplotlib, the ``plot`` extra (``pip install 'naiad-perf[plot]'``).
 from __future__ import annotations
 
 import html
+import importlib.util
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -89,8 +90,7 @@ def write_png(path: Path, spec: LoadSpec, results: Sequence[Measurement]) -> Non
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError as exc:
-        raise PerfError("--plot FILE.png needs matplotlib: pip install 'naiad-perf[plot]' "
-                        "(or write FILE.html, which needs nothing)") from exc
+        raise PerfError(PNG_NEEDS) from exc
     figure, axes = plt.subplots(figsize=(7.2, 4.4))
     xs = [m.throughput for m in results]
     ys = [chosen_latency(spec, m) / 1000 for m in results]
@@ -102,6 +102,22 @@ def write_png(path: Path, spec: LoadSpec, results: Sequence[Measurement]) -> Non
     figure.tight_layout()
     figure.savefig(path)
     plt.close(figure)
+
+
+PNG_NEEDS = ("--plot FILE.png needs matplotlib: pip install matplotlib (from a naiad checkout: "
+             "pip install './tools/naiad-perf[plot]'), or write FILE.html, which needs nothing")
+
+
+def check_plot(path: Path) -> None:
+    """Refuse a --plot file that could not be written, before any measuring (a run can take
+    minutes): not .png or .html, a PNG without matplotlib, a folder that does not exist."""
+    suffix = path.suffix.lower()
+    if suffix not in (".png", ".html", ".htm"):
+        raise PerfError(f"--plot {path}: expected a .png or .html file")
+    if suffix == ".png" and importlib.util.find_spec("matplotlib") is None:
+        raise PerfError(PNG_NEEDS)
+    if not path.parent.is_dir():
+        raise PerfError(f"--plot {path}: the folder {path.parent} does not exist")
 
 
 def write_plot(path: Path, spec: LoadSpec, results: Sequence[Measurement]) -> None:
