@@ -10,7 +10,6 @@ import pytest
 
 from naiad.shm import SharedMemoryRegistry
 
-
 # The test folders mirror the core's packages and are not packages themselves: pytest puts
 # each test file's folder on sys.path as it imports the file. Helpers here at the top
 # (grpc_helpers, wire_tap...) and test modules that others import (test_http_e2e's raw,
