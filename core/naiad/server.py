@@ -293,10 +293,15 @@ class InferenceServer:
             return False
         if not self.options.strict_readiness:
             return True
-        # As in Triton: a model version that failed to load holds readiness back (a model
-        # whose config could not be read, or one unloaded on purpose, does not).
+        # As in Triton: a model version that failed to load holds readiness back, and so
+        # does a model whose backend failed completing its configuration (Triton meets that
+        # loading its versions); a model whose config could not be read, or one unloaded on
+        # purpose, does not.
+        records = self.models.models.values()
+        if any(record.backend_failed and not record.versions for record in records):
+            return False
         return not any(version is not None and state == "UNAVAILABLE" and reason != "unloaded"
-                       for record in self.models.models.values()
+                       for record in records
                        for version, (state, reason) in record.states.items())
 
     # --- inference ----------------------------------------------------------------------

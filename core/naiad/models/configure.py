@@ -22,6 +22,13 @@ if TYPE_CHECKING:
     from naiad.plugins import PluginManager
 
 
+class BackendConfigureError(InferenceServerError):
+    """A model's backend failed while completing its configuration (the model file did
+    not import, its environment did not build). Triton meets such a failure while loading
+    the model's versions, so unlike a configuration that cannot be read it holds strict
+    readiness back (:attr:`naiad.models.records.ModelRecord.backend_failed`)."""
+
+
 def configure(name: str, path: Path, override: str | None, options: LoadOptions,
               plugins: PluginManager) -> tuple[ModelConfig, list[str]]:
     """Read, auto-complete, default and validate the config of model ``name`` in ``path``
@@ -60,11 +67,12 @@ def configure(name: str, path: Path, override: str | None, options: LoadOptions,
     if not options.strict_model_config and not options.disable_auto_complete_config:
         try:
             backend.auto_complete_config(config, path)
-        except InferenceServerError:
-            raise
+        except InferenceServerError as exc:
+            raise BackendConfigureError(exc.message, exc.status) from exc
         except Exception as exc:
-            raise invalid_arg(f"model '{name}': auto-complete of the configuration "
-                              f"failed: {type(exc).__name__}: {exc}") from exc
+            raise BackendConfigureError(
+                f"model '{name}': auto-complete of the configuration failed: "
+                f"{type(exc).__name__}: {exc}") from exc
     fill_defaults(config, name)
     validate_config(config, name)
     # What the backend and the defaults filled in, by its spelling (they name files of the

@@ -23,6 +23,7 @@ from naiad.metrics.custom_metrics import CustomMetrics
 from naiad.metrics.histogram import Histogram
 from naiad.metrics.latency_histograms import distributions_for
 from naiad.metrics.stats import ModelStats
+from naiad.models.configure import BackendConfigureError
 from naiad.models.ensemble_links import composing_models, ensembles_calling
 from naiad.models.instances import expand_instance_groups
 from naiad.models.loader import load_version, stop_workers
@@ -328,6 +329,7 @@ class ModelManager:
             versions = model_config_versions(name, path, config)
         except InferenceServerError as exc:
             record.states[None] = (UNAVAILABLE, exc.message)
+            record.backend_failed = isinstance(exc, BackendConfigureError)
             self._install(name, record, old)
             log.error("failed to load model '%s': %s", name, exc.message)
             raise

@@ -62,6 +62,11 @@ class ModelRecord:
     # version (or None before versions are known) -> (state, reason)
     states: dict[int | None, tuple[str, str]] = field(default_factory=dict)
     latest: ModelVersion | None = None
+    # The last load failed inside the model's backend while completing its configuration
+    # (its model.py did not import, its requirements.txt did not build): Triton meets
+    # that loading the model's versions, so with strict readiness it holds the server's
+    # readiness back while no version serves. A configuration that cannot be read does not.
+    backend_failed: bool = False
 
 
 @dataclass
