@@ -23,6 +23,7 @@ Image = pytest.importorskip("PIL.Image", reason="Pillow reads the screenshot")
 SECONDS = 1.0
 CHROMIUM_TIMEOUT = 120 * SECONDS  # a guard against a hang: a page takes a few seconds
 WINDOW = (1000, 1400)
+PAGE_WIDTH = 1280  # a laptop's browser window: the report must not scroll sideways in it
 # Where the charts lie in the window: the latency chart's plot area starts below the title
 # and summary; the memory chart follows it.
 LATENCY_CHART_ROWS = (100, 560)
@@ -98,3 +99,19 @@ def test_the_screenshot_shows_the_charts(report, tmp_path):
         assert colour_pixels(pixels, MEMORY_CHART_ROWS, MEMORY_COLOUR, width) >= MIN_PIXELS
         # nothing of the charts above them, where the title is
         assert colour_pixels(pixels, (0, 40), PARETO_COLOUR, width) == 0
+
+
+def test_the_page_fits_a_1280_pixel_window(report, tmp_path):
+    """No horizontal scrolling at 1280 pixels, of the page or of the table's own box: the
+    table's long constraint texts wrap."""
+    page, _ = report
+    probe = tmp_path / "probe.html"
+    probe.write_text(page.read_text().replace(
+        "</body>", "<script>const box = document.querySelector('.wide');"
+                   "document.body.setAttribute('data-scroll-width', Math.max("
+                   "document.documentElement.scrollWidth, window.innerWidth + "
+                   "box.scrollWidth - box.clientWidth));</script></body>"))
+    dom = run_chromium(tmp_path, f"--window-size={PAGE_WIDTH},{WINDOW[1]}", "--dump-dom",
+                       probe.as_uri()).stdout
+    width = re.search(r'data-scroll-width="(\d+)"', dom)
+    assert width and int(width.group(1)) <= PAGE_WIDTH, width and width.group(1)

@@ -149,7 +149,7 @@ def test_sequence_ids_must_cover_the_live_sequences(perf_server: Any, data: Path
     ({"model": "strings"}, r"variable dims \[-1\]: give them with --shape INPUT0:4"),
     ({"batch_size": 2}, "does not batch"),
     ({"model": "identity_batch", "shapes": {"INPUT0": [2]}, "batch_size": 9},
-     "exceeds model 'identity_batch''s max_batch_size 8"),
+     "exceeds the max_batch_size of model 'identity_batch', 8"),
     ({"shapes": {"NOPE": [1]}}, "has no input 'NOPE'"),
     ({"input_data": "/nonexistent.json"}, "expected zero, random or a JSON file"),
     ({"streaming": True}, "needs the gRPC protocol"),

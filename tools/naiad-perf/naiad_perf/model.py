@@ -112,8 +112,8 @@ def check_load(spec: LoadSpec, model: ModelInfo) -> None:
         raise PerfError(f"model '{model.name}' does not batch (max_batch_size 0): "
                         f"-b {spec.batch_size} cannot be sent")
     if model.max_batch_size and spec.batch_size > model.max_batch_size:
-        raise PerfError(f"-b {spec.batch_size} exceeds model '{model.name}''s "
-                        f"max_batch_size {model.max_batch_size}")
+        raise PerfError(f"-b {spec.batch_size} exceeds the max_batch_size of model "
+                        f"'{model.name}', {model.max_batch_size}")
     if model.decoupled and not (spec.protocol == "grpc" and spec.streaming):
         raise PerfError(f"model '{model.name}' is decoupled: it answers over a gRPC stream "
                         f"only (-i grpc --streaming)")

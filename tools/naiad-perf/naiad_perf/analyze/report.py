@@ -265,8 +265,10 @@ h1 { font-size: 20px; margin: 0 0 6px; } h2 { font-size: 16px; margin: 18px 0 6p
 table { border-collapse: collapse; font-size: 13px; }
 th, td { border: 1px solid #ccc; padding: 3px 7px; text-align: right; }
 td.name, th.name { text-align: left; } tr.fail td { color: #888; }
+td.name { min-width: 16em; overflow-wrap: anywhere; }
+.wide { max-width: 100%; overflow-x: auto; }
 .swatch { display: inline-block; width: 12px; height: 12px; vertical-align: middle; }
-pre { background: #f6f6f6; padding: 8px; font-size: 12px; }
+pre { background: #f6f6f6; padding: 8px; font-size: 12px; white-space: pre-wrap; }
 """
 
 
@@ -290,7 +292,8 @@ def _summary(outcome: Outcome, settings: AnalyzeSettings) -> str:
 
 def _table(outcome: Outcome) -> str:
     names = _dimension_names(outcome)
-    head = "".join(f"<th>{html.escape(n)}</th>" for n in names)
+    # long names (max_queue_delay_us) may break after an underscore, so the columns narrow
+    head = "".join(f"<th>{html.escape(n).replace('_', '_<wbr>')}</th>" for n in names)
     rows = []
     for rank_index, verdict in enumerate(outcome.ranked):
         best, memory = verdict.best, verdict.result.memory_mb
@@ -305,9 +308,11 @@ def _table(outcome: Outcome) -> str:
             f"<td><span class='swatch' style='background:{colour(rank_index)}'></span></td>"
             f"{cells}{figures}<td>{_number(memory)}</td>"
             f"<td class='name'>{status}{default}</td></tr>")
-    return ("<table id='ranking'><tr><th>rank</th><th></th>" + head +
+    # The constraints column wraps; a table with many dimensions scrolls in its own box
+    # rather than pushing the page past the window.
+    return ("<div class='wide'><table id='ranking'><tr><th>rank</th><th></th>" + head +
             "<th>concurrency</th><th>infer/s</th><th>p99 ms</th><th>p50 ms</th><th>MB</th>"
-            "<th class='name'>constraints</th></tr>\n" + "\n".join(rows) + "</table>")
+            "<th class='name'>constraints</th></tr>\n" + "\n".join(rows) + "</table></div>")
 
 
 def render_html(outcome: Outcome, settings: AnalyzeSettings) -> str:
