@@ -53,21 +53,23 @@ def test_an_ensemble_step_goes_to_the_version_serving_in_place_of_a_retired_one(
     models.add("first", Elementwise(lambda x: x + 100))  # the version that replaced it
     current = models.served["first"]
     lookups = []
+    at_load: list[int] = []  # how many lookups the ensemble's load made
 
     def lookup(name: str, version: str):
         # The first lookup of the request still finds the retired version: it retired
         # between the lookup and the step's submission.
         lookups.append(name)
-        return retired if len(lookups) == 3 else current
+        return retired if at_load and len(lookups) == at_load[0] + 1 else current
 
     models.lookup = lookup  # the ensemble looks steps up through it
     scheduler = models.ensemble(ensemble("X:FP32", "Z:FP32",
                                          steps(step("first", {"IN": "X"}, {"OUT": "Z"}))))
-    assert len(lookups) == 2  # the load's checks
+    at_load.append(len(lookups))
+    assert at_load[0] >= 1  # the load's checks
     retired.gate.close(was_latest=True)
     x = np.arange(4, dtype=np.float32)
     response = scheduler.submit(request_of(x)).result(WAIT_S)
     assert response.error is None
     np.testing.assert_array_equal(response.outputs[0].data, x + 100)
-    assert len(lookups) == 4  # looked up again once the retired gate refused it
+    assert len(lookups) == at_load[0] + 2  # looked up again once the retired gate refused it
     assert retired.gate.inside == 0 and current.gate.inside == 0  # entered, then left
