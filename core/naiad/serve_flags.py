@@ -174,7 +174,8 @@ FLAGS: tuple[Flag, ...] = (
          help="fail start-up when a model fails to load"),
     Flag(("--strict-readiness",), MODEL_REPOSITORY, kind="switch", default=True,
          option="server.strict_readiness",
-         help="ready only when every model is ready"),
+         help="ready only when no model has failed to load, in every --model-control-mode (a "
+              "model unloaded on purpose, or whose config does not parse, does not count)"),
     Flag(("--exit-timeout-secs",), MODEL_REPOSITORY, default=30, type=int, metavar="SECONDS",
          option="server.exit_timeout_secs",
          help="how long shutdown waits for in-flight requests (default 30)"),
