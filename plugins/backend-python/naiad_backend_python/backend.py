@@ -146,7 +146,8 @@ class PythonBackend(Backend):
         """The interpreter and environment a worker of this model starts with."""
         environment = worker_environment(model_name, model_dir, config, EnvironmentSettings(
             cache_dir=self.settings.cache_dir(),
-            pip_timeout_s=self.settings.pip_timeout_seconds))
+            pip_timeout_s=self.settings.pip_timeout_seconds,
+            max_unpacked_bytes=self.settings.env_max_unpacked_bytes))
         return Launch(environment.python, dict(environment.variables),
                       environment.description, UNSET_VARIABLES)
 

@@ -26,6 +26,8 @@
 ``env-cache-dir``                      see below    unpacked and built environments
                                                     (``environment.default_cache_dir()``)
 ``pip-timeout-seconds``                600          the longest a requirements.txt build runs
+``env-max-unpacked-bytes``             16 GiB       an EXECUTION_ENV_PATH tarball whose files
+                                                    hold more unpacked is refused
 =====================================  ===========  ===========================================
 """
 
@@ -60,6 +62,7 @@ class PythonBackendSettings:
     worker_restart_stable_seconds: float = 60.0
     env_cache_dir: str = ""
     pip_timeout_seconds: float = 600.0
+    env_max_unpacked_bytes: int = 16 * 1024 * MIB
 
     @classmethod
     def parse(cls, backend_config: dict[str, str]) -> PythonBackendSettings:

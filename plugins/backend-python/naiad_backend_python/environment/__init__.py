@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from naiad_backend_python.environment.archives import (
+    DEFAULT_MAX_UNPACKED_BYTES,
     EXECUTION_ENV_PATH,
     MODEL_DIRECTORY_KEYWORD,
     execution_env,
@@ -63,6 +64,8 @@ class EnvironmentSettings:
     cache_dir: Path
     #: A requirements.txt build (venv and pip together) that takes longer is stopped and fails.
     pip_timeout_s: float = 600.0
+    #: An EXECUTION_ENV_PATH tarball whose files hold more bytes unpacked is refused.
+    max_unpacked_bytes: int = DEFAULT_MAX_UNPACKED_BYTES
 
 
 def worker_environment(model_name: str, model_dir: Path, config: ModelConfig,
@@ -82,7 +85,8 @@ def worker_environment(model_name: str, model_dir: Path, config: ModelConfig,
         if os.path.lexists(requirements):
             log.warning("model '%s': %s is ignored because %s is set", model_name,
                         requirements, EXECUTION_ENV_PATH)
-        return execution_env(model_name, model_dir, value, cache_dir)
+        return execution_env(model_name, model_dir, value, cache_dir,
+                             settings.max_unpacked_bytes)
     if os.path.lexists(requirements):
         return requirements_env(model_name, model_dir, requirements, cache_dir,
                                  settings.pip_timeout_s)

@@ -15,11 +15,12 @@ import tarfile
 import threading
 import time
 import zlib
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 
 from naiad.errors import unavailable
 from naiad_backend_python.environment.cache import prepared_entry
 from naiad_backend_python.environment.commands import run_logged
+from naiad_backend_python.environment.extract import UnsafeArchive, extract
 from naiad_backend_python.environment.interpreters import (
     WorkerEnvironment,
     activation_variables,
@@ -47,8 +48,13 @@ CONDA_UNPACK_TIMEOUT_S = 600 * SECONDS
 HASH_CHUNK_BYTES = 1024 * 1024
 
 
-def execution_env(model_name: str, model_dir: Path, value: str,
-                   cache_dir: Path) -> WorkerEnvironment:
+#: ``env-max-unpacked-bytes``: the most bytes an environment tarball's files may hold once
+#: unpacked (a compressed archive can expand a thousandfold).
+DEFAULT_MAX_UNPACKED_BYTES = 16 * 1024 * 1024 * 1024
+
+
+def execution_env(model_name: str, model_dir: Path, value: str, cache_dir: Path,
+                  max_unpacked_bytes: int = DEFAULT_MAX_UNPACKED_BYTES) -> WorkerEnvironment:
     path = value.replace(MODEL_DIRECTORY_KEYWORD, str(model_dir))
     if not os.path.isabs(path):
         raise unavailable(f"model '{model_name}': {EXECUTION_ENV_PATH} '{value}' is a relative "
@@ -65,18 +71,18 @@ def execution_env(model_name: str, model_dir: Path, value: str,
                                  f"{EXECUTION_ENV_PATH} {path} (a directory, Python {version})")
     if not os.path.exists(path):
         raise unavailable(f"{where}: no such file or directory")
-    return _tarball_env(model_name, Path(path), where, cache_dir)
+    return _tarball_env(model_name, Path(path), where, cache_dir, max_unpacked_bytes)
 
 
-def _tarball_env(model_name: str, tarball: Path, where: str,
-                 cache_dir: Path) -> WorkerEnvironment:
+def _tarball_env(model_name: str, tarball: Path, where: str, cache_dir: Path,
+                 max_unpacked_bytes: int) -> WorkerEnvironment:
     entry = cache_dir / _file_digest(tarball, where)
 
     def build(lock_fd: int) -> dict[str, str]:
         log.info("model '%s': unpacking %s %s into %s", model_name, EXECUTION_ENV_PATH,
                  tarball, entry)
         started = time.monotonic()
-        _unpack(tarball, entry, where)
+        _unpack(tarball, entry, where, max_unpacked_bytes)
         python = interpreter(entry, where, in_archive=True)
         variables = activation_variables(entry, library_path=True)
         unpack_script = entry / "bin" / "conda-unpack"
@@ -100,10 +106,6 @@ def _tarball_env(model_name: str, tarball: Path, where: str,
                              activation_variables(entry, library_path=True),
                              f"{EXECUTION_ENV_PATH} {tarball} (Python {info['version']}, "
                              f"unpacked in {entry})")
-
-
-# What Python's own tarfile checks raise (3.10.12+, 3.11.4+); an empty tuple matches nothing.
-_FILTER_ERROR: type[Exception] | tuple[()] = getattr(tarfile, "FilterError", ())
 
 
 _digest_lock = threading.Lock()
@@ -133,66 +135,22 @@ def _file_digest(path: Path, where: str) -> str:
     return digest.hexdigest()
 
 
-def _unpack(tarball: Path, dest: Path, where: str) -> None:
-    """Unpack ``tarball`` into the new folder ``dest``, refusing any member that would land
-    or point outside it. Links inside the environment (conda's ``bin/python ->
+def _unpack(tarball: Path, dest: Path, where: str, max_bytes: int) -> None:
+    """Unpack ``tarball`` into the new folder ``dest`` with naiad's checked extraction
+    (:mod:`naiad_backend_python.environment.extract`): every member's final path, links
+    included, is resolved inside ``dest`` before anything is written, and the files may
+    hold at most ``max_bytes``. Links inside the environment (conda's ``bin/python ->
     python3.11``) stay links."""
-    root = str(dest)
-
-    def checked(member: tarfile.TarInfo) -> tarfile.TarInfo:
-        refused = _unsafe(member, root)
-        if refused:
-            raise unavailable(f"{where}: refused to unpack: {refused}")
-        return member
-
     try:
         dest.mkdir()
         with tarfile.open(tarball, "r:*") as archive:
-            archive.errorlevel = 2  # every failure raises, none is only logged
-            if hasattr(tarfile, "data_filter"):  # 3.11.4+: the standard checks, after ours
-                archive.extractall(root, filter=lambda member, path: tarfile.data_filter(
-                    checked(member), path))
-            else:
-                archive.extractall(root, members=(checked(member) for member in archive))
-    except _FILTER_ERROR as exc:
+            extract(archive, dest, max_bytes)
+    except UnsafeArchive as exc:
         raise unavailable(f"{where}: refused to unpack: {exc}") from None
     except (tarfile.TarError, EOFError, zlib.error, gzip.BadGzipFile, lzma.LZMAError) as exc:
         raise unavailable(f"{where}: not a readable tar archive ({exc})") from None
     except OSError as exc:
         raise unavailable(f"{where}: unpacking into {dest} failed: {exc}") from None
-
-
-def _unsafe(member: tarfile.TarInfo, root: str) -> str:
-    """Why ``member`` may not be unpacked into ``root``, or ``""``. Python's data filter
-    checks much of this too, but it strips a leading ``/`` where naiad refuses, and it is
-    missing before Python 3.11.4. Members are checked as they are unpacked, so ``realpath``
-    sees the links unpacked before: a chain of links (``x -> sub/..``, then ``sub -> .``,
-    then ``x/file``) cannot lead out."""
-    name = member.name
-    if name.startswith("/") or os.path.isabs(name):
-        return f"the member '{name}' has an absolute path"
-    if ".." in PurePosixPath(name).parts:
-        return f"the member '{name}' has '..' in its path"
-    if _outside(os.path.join(root, name), root):
-        return f"the member '{name}' would be written outside the environment, through a link"
-    if member.issym() or member.islnk():
-        target = member.linkname
-        kind = "symbolic link" if member.issym() else "hard link"
-        if target.startswith("/") or os.path.isabs(target):
-            return f"the {kind} '{name}' points to the absolute path '{target}'"
-        # a symbolic link is relative to its folder, a hard link to the archive's root
-        base = os.path.dirname(name) if member.issym() else ""
-        if _outside(os.path.join(root, base, target), root):
-            return f"the {kind} '{name}' -> '{target}' points outside the environment"
-    elif not (member.isfile() or member.isdir()):
-        return f"the member '{name}' is a device or a FIFO"
-    return ""
-
-
-def _outside(path: str, root: str) -> bool:
-    """Whether ``path`` leaves ``root``, read as written or with the links on disk followed."""
-    return not (within(os.path.normpath(path), root)
-                and within(os.path.realpath(path), os.path.realpath(root)))
 
 
 def within(path: str, root: str) -> bool:
