@@ -303,6 +303,7 @@ def test_sigterm_drains_requests_in_every_frontend_then_ends_them(repo: Path) ->
         assert answers == [200] * len(connections)
         assert server.process is not None
         assert server.process.wait(30) == 0
+        assert "did not stop" not in server.log()  # each frontend ended on SIGTERM, unkilled
         for pid in frontends:
             assert not os.path.exists(f"/proc/{pid}") or _zombie(pid)
 

@@ -19,7 +19,6 @@ import os
 import signal
 import socket
 import sys
-import threading
 from typing import Any
 
 from naiad import logs
@@ -53,8 +52,13 @@ async def serve(args: argparse.Namespace) -> int:
     listener = grpc_server = None
     try:
         if args.grpc_engine:
-            grpc_server, ended_grpc = _start_grpc(args)
-            ended.append(loop.run_in_executor(None, ended_grpc.wait))
+            grpc_server, link = _start_grpc(args)
+            grpc_lost = asyncio.Event()
+            # Not a thread waiting on link.lost: the loop's executor would wait for it at exit.
+            link.on_lost = lambda: loop.call_soon_threadsafe(grpc_lost.set)
+            if link.lost.is_set():
+                grpc_lost.set()
+            ended.append(asyncio.ensure_future(grpc_lost.wait()))
         if args.engine:
             link = EngineLink(args.engine)
             await link.connect()
@@ -67,6 +71,8 @@ async def serve(args: argparse.Namespace) -> int:
         log.error("frontend process %d: cannot start: %s", os.getpid(), exc)
         return 1
     await asyncio.wait(ended, return_when=asyncio.FIRST_COMPLETED)
+    for waiting in ended:
+        waiting.cancel()
     if not stop.is_set():
         log.error("frontend process %d: the engine's connection ended; stopping",
                   os.getpid())
@@ -78,9 +84,8 @@ async def serve(args: argparse.Namespace) -> int:
     return 0 if stop.is_set() else 1
 
 
-def _start_grpc(args: argparse.Namespace) -> tuple[Any, threading.Event]:
-    """The gRPC server, forwarding to the engine; and an event set when the engine's
-    connection ends."""
+def _start_grpc(args: argparse.Namespace) -> tuple[Any, Any]:
+    """The gRPC server, forwarding to the engine, and its link to the engine."""
     from naiad.frontends.bridge.grpc_forwarding import GRPCEngineLink, start_forwarding_server
     from naiad.frontends.grpc.options import GRPCOptions
 
@@ -91,7 +96,7 @@ def _start_grpc(args: argparse.Namespace) -> tuple[Any, threading.Event]:
     server, _watch = start_forwarding_server(
         link, GRPCOptions(**settings["options"]), settings["address"], settings["port"],
         settings["max_input_size"], settings["max_response_size"])
-    return server, link.lost
+    return server, link
 
 
 def main(argv: list[str] | None = None) -> int:

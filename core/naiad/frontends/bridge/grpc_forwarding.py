@@ -13,6 +13,7 @@ import base64
 import itertools
 import queue
 import threading
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from typing import Any
@@ -39,6 +40,8 @@ class GRPCEngineLink:
         self._numbers = itertools.count(1)
         self.link = frames.BlockingLink(sock, self._frame, self._lost, "naiad-grpc-link")
         self.lost = threading.Event()
+        # Called (on the reader thread) when the engine's connection ends.
+        self.on_lost: Callable[[], object] | None = None
         self.link.start()
 
     def open(self) -> tuple[int, queue.SimpleQueue[tuple[int, memoryview]]]:
@@ -58,6 +61,8 @@ class GRPCEngineLink:
         self.lost.set()
         for answers in list(self.calls.values()):
             answers.put(_GONE)
+        if self.on_lost is not None:
+            self.on_lost()
 
     def ended_on_client_side(self, exchange: int) -> None:
         """A done-callback of the call: tell the engine unless its answer came already."""
