@@ -103,3 +103,18 @@ def test_a_backend_failure_holds_readiness_until_the_model_loads(
         assert _ready_status(server) == 200
         client.unload_model(name)
         _good_serves(client)
+
+
+def test_a_start_up_model_failing_at_auto_complete_holds_readiness(tmp_path: Path) -> None:
+    """The issue's case: loaded at start with --exit-on-error=false (model control none)."""
+    repo = tmp_path / "repo"
+    _model(repo, "good", IDENTITY)
+    _model(repo, "broken_import", BROKEN_IMPORT)
+    # ready_status=400: the server answers 503 while it starts, so 400 is its verdict
+    with naiad_server("--model-repository", str(repo), "--exit-on-error=false",
+                      ready_status=400) as started:
+        assert _ready_status(started) == 400
+        with httpclient.InferenceServerClient(started.http_url) as client:
+            assert client.is_server_live()
+            assert not client.is_model_ready("broken_import")
+            _good_serves(client)
