@@ -153,8 +153,8 @@ def test_binary_data_output_applies_only_when_no_output_is_named(server):
     ({"shared_memory_byte_size": 16, "binary_data": True}, "400",
      "can't set both 'shared_memory_region' and 'binary_data'"),
     ({"shared_memory_byte_size": 16, "shared_memory_offset": 60}, "400", "outside region"),
-    ({"classification": 2}, "400", "classification"),
-], ids=["unregistered", "binary-data", "outside", "classification"])
+    ({"shared_memory_byte_size": 16, "classification": 2}, "400", "classification"),
+], ids=["unregistered", "binary-data", "outside", "classification-into-shm"])
 def test_http_bad_output_parameters_are_refused_before_the_model_runs(
         server, http, regions, parameters, status, fragment):
     region, _ = regions()

@@ -24,8 +24,10 @@ from naiad.testing import naiad_server
 
 # A package name no server environment has: the test writes it into the model's environment.
 LOCAL_PACKAGE = "naiad_envtest_only_here"
-# A small package from PyPI that the server's environment lacks (checked below).
-PYPI_PACKAGE = "termcolor"
+# A small pure-Python package from PyPI that the server's environment lacks (checked below):
+# the first of these it lacks (tensorflow-cpu, a test dependency, brings termcolor).
+PYPI_PACKAGE = next((name for name in ("termcolor", "tabulate", "toolz", "wcwidth")
+                     if importlib.util.find_spec(name) is None), "termcolor")
 
 WHO_PY = """
 import json
