@@ -70,7 +70,7 @@ def process_tree(root: int) -> dict[int, str]:
 def role(pid: int, root: int, cmdline: str) -> str:
     if pid == root:
         return "server"
-    if "naiad_frontend" in cmdline or "--frontend-of" in cmdline:
+    if "frontend_main" in cmdline:
         return "frontends"
     if "stub" in cmdline or "naiad_stub_main" in cmdline:
         return "workers"
