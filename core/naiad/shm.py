@@ -175,26 +175,30 @@ class SharedMemoryRegistry:
             if name in self._regions:
                 raise InferenceServerError(
                     f"shared memory region '{name}' is already registered", Status.ALREADY_EXISTS)
-            holder = next((r.name for r in self._regions.values()
-                           if _same_object(r.key, key)), None)
-            if holder is not None:
-                raise InferenceServerError(
-                    f"Invalid shared memory region: '{key}' (shared memory region "
-                    f"'{name}': the key is already registered as region '{holder}'; a key "
-                    f"may be registered once)", Status.ALREADY_EXISTS)
-            if len(self._regions) >= self.max_regions:
-                raise InferenceServerError(
-                    f"unable to register shared memory region '{name}': "
-                    f"{len(self._regions)} regions are registered, the most this server "
-                    f"holds (--max-shared-memory-regions={self.max_regions}); unregister "
-                    f"one first", Status.RESOURCE_EXHAUSTED)
             fd = _open_object(name, key)
             size = os.fstat(fd).st_size
+            # The region's own bounds first: a request that is wrong in itself says so
+            # whatever else is registered.
             if offset + byte_size > size:
                 os.close(fd)
                 raise invalid_arg(
                     f"shared memory region '{name}': offset {offset} + byte_size "
                     f"{byte_size} exceeds the size of '{key}' ({size} bytes)")
+            holder = next((r.name for r in self._regions.values()
+                           if _same_object(r.key, key)), None)
+            if holder is not None:
+                os.close(fd)
+                raise InferenceServerError(
+                    f"Invalid shared memory region: '{key}' (shared memory region "
+                    f"'{name}': the key is already registered as region '{holder}'; a key "
+                    f"may be registered once)", Status.ALREADY_EXISTS)
+            if len(self._regions) >= self.max_regions:
+                os.close(fd)
+                raise InferenceServerError(
+                    f"unable to register shared memory region '{name}': "
+                    f"{len(self._regions)} regions are registered, the most this server "
+                    f"holds (--max-shared-memory-regions={self.max_regions}); unregister "
+                    f"one first", Status.RESOURCE_EXHAUSTED)
             self._regions[name] = Region(name, key, offset, byte_size, fd)
 
     def unregister(self, name: str) -> None:

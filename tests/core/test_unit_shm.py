@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import pytest
 from expect import rejected
 
-from naiad.errors import Status
+from naiad.errors import InferenceServerError, Status
 from naiad.shm import cuda_register, cuda_status, cuda_unregister
 
 SIZE = 64
@@ -72,11 +72,24 @@ def test_register_twice_is_already_exists(registry, shm_key):
     assert registry.status("in0")[0]["offset"] == 0
 
 
-def test_two_names_may_share_one_key(registry, shm_key):
+@pytest.fixture
+def other_key() -> Iterator[str]:
+    """A second shared memory object, like ``shm_key``'s."""
+    key = f"/naiad-unit-shm-{uuid.uuid4().hex}"
+    with open("/dev/shm" + key, "wb") as f:
+        f.write(bytes(range(SIZE)))
+    try:
+        yield key
+    finally:
+        os.unlink("/dev/shm" + key)
+
+
+def test_a_key_is_registered_under_one_name_at_a_time(registry, shm_key):
+    """As Triton 2.51 (which answers "Invalid shared memory region: 'KEY'")."""
     registry.register("a", shm_key, 0, 8)
-    registry.register("b", shm_key, 8, 8)
-    registry.write("a", 0, 8, b"A" * 8, "t")
-    assert registry.read("b", 0, 8, "t") == bytes(range(8, 16))
+    with pytest.raises(InferenceServerError, match="already registered as region 'a'") as err:
+        registry.register("b", shm_key, 8, 8)
+    assert err.value.status is Status.ALREADY_EXISTS
 
 
 def test_register_refuses_a_key_that_escapes_dev_shm(registry, tmp_path):
@@ -168,9 +181,9 @@ def test_status_of_unknown_region_is_not_found(registry):
              "Unable to find system shared memory region: 'nope'", status=Status.NOT_FOUND)
 
 
-def test_unregister_one_keeps_the_others(registry, shm_key):
+def test_unregister_one_keeps_the_others(registry, shm_key, other_key):
     registry.register("a", shm_key, 0, 8)
-    registry.register("b", shm_key, 8, 8)
+    registry.register("b", other_key, 8, 8)
     registry.unregister("a")
     assert [r["name"] for r in registry.status()] == ["b"]
     rejected(lambda: registry.read("a", 0, 1, "t"), "'a' is not registered",
@@ -183,9 +196,10 @@ def test_unregister_unknown_name_is_a_no_op(registry, shm_key):
     assert len(registry.status()) == 1
 
 
-def test_unregister_empty_name_and_unregister_all_drop_every_region(registry, shm_key):
+def test_unregister_empty_name_and_unregister_all_drop_every_region(registry, shm_key,
+                                                                    other_key):
     registry.register("a", shm_key, 0, 8)
-    registry.register("b", shm_key, 8, 8)
+    registry.register("b", other_key, 8, 8)
     registry.unregister("")
     assert registry.status() == []
     registry.register("a", shm_key, 0, 8)
