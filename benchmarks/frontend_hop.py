@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "plugins" / "backend-python"))
-from naiad_backend_python.stub import naiad_stub_wire as wire  # noqa: E402
+from naiad_backend_python.stub import naiad_stub_wire as wire
 
 TENSOR = np.arange(16, dtype=np.float32)
 
@@ -73,7 +73,7 @@ def one_run(count: int, window: int) -> tuple[float, float, float]:
         while sent < count and sent - received < window:
             connection.send(execute_header(sent), payload)
             sent += 1
-        header, body, _fds = connection.receive()
+        _header, body, _fds = connection.receive()
         np.frombuffer(body, np.float32)  # the response tensor, as the frontend reads it
         received += 1
     end_cpu, elapsed = os.times(), time.perf_counter() - wall

@@ -33,7 +33,8 @@ B = np.array([10, 20, 30, 40], dtype=np.float32)
 
 # tritonserver 2.51's list, in its order, less what naiad does not implement
 # (cuda_shared_memory).
-EXTENSIONS = ["classification", "sequence", "model_repository", "model_repository(unload_dependents)",
+EXTENSIONS = ["classification", "sequence", "model_repository",
+              "model_repository(unload_dependents)",
               "schedule_policy", "model_configuration", "system_shared_memory",
               "binary_tensor_data", "parameters", "statistics", "trace", "logging"]
 

@@ -28,7 +28,8 @@ def run_suite(tmp_path: Path, selection: str | None) -> subprocess.CompletedProc
                           check=False)
 
 
-@pytest.mark.long  # about 15 s; streaming and its errors are in test_pytriton_lifecycle.py by default
+# About 15 s; streaming and its errors are in test_pytriton_lifecycle.py by default.
+@pytest.mark.long
 def test_decoupled_mode_selection(tmp_path: Path) -> None:
     done = run_suite(tmp_path, DEFAULT_SELECTION)
     assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-3000:]

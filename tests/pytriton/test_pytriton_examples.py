@@ -12,7 +12,8 @@ from upstream import load_functional_test, run_example, upstream_copy
 
 # example folder, functional test, client, servers; long: run on demand (pytest -m long).
 # By default the remote-mode example only (Triton with its access token and two RemoteTriton
-# binders); the others' features are covered by default in test_pytriton_lifecycle.py and test_pytriton_unit.py.
+# binders); the others' features are covered by default in test_pytriton_lifecycle.py and
+# test_pytriton_unit.py.
 EXAMPLES = [
     pytest.param("add_sub_python", "L0_example_add_sub_python", "client.py", ["server.py"],
                  id="add_sub_python", marks=pytest.mark.long),

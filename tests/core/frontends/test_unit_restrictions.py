@@ -112,7 +112,7 @@ def test_restrictions_and_forwarding_cost_nothing_when_off():
     # No restriction: the plain routes, the plain inference method, no forwarder to call.
     frontend = HTTPFrontend(fake_server())
     # (Control POSTs have their content type checked, restricted or not.)
-    assert all(type(route) is Route or route.requirement is None and route.control
+    assert all(type(route) is Route or (route.requirement is None and route.control)
                for route in frontend.router.routes)
     assert "_infer" not in vars(frontend) and frontend.forwarder is None
     loop = asyncio.new_event_loop()
