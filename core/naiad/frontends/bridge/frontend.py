@@ -66,10 +66,8 @@ class EngineLink:
         answer = self.answers.get(exchange)
         if answer is None:
             return
-        if kind == frames.RESPONSE:
-            answer.put(kind, memoryview(bytes(body)))  # the receive buffer moves on
-        elif kind == frames.BODY:
-            answer.put(kind, memoryview(bytes(body)))
+        if kind in (frames.RESPONSE, frames.BODY):
+            answer.put(kind, memoryview(bytes(body)))  # a copy: the receive buffer moves on
         else:
             answer.put(kind, None)
 
