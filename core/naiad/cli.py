@@ -62,7 +62,7 @@ class _Parser(argparse.ArgumentParser):
             unknown = message.split(":", 1)[1].split()
             lines += flag_suggestions.suggestions(unknown, self._every_option())
             lines.append("naiad serve takes tritonserver's flag names; "
-                         "'naiad serve --help' lists the ones it supports")
+                         "'naiad serve --help-all' lists every one")
         else:
             lines.append(f"'{self.prog} --help' lists the flags")
         self.exit(2, "\n".join(lines) + "\n")
@@ -83,9 +83,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"naiad {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
-    serve = commands.add_parser("serve", help="serve model repositories",
+    serve = commands.add_parser("serve", help="serve model repositories", add_help=False,
+                                usage="naiad serve --model-repository PATH [FLAG ...]",
                                 description="Serve Triton model repositories over HTTP and "
                                             "gRPC. Flags have tritonserver's names and defaults.")
+    serve_flags.add_help_flags(serve)
     serve_flags.add_flags(serve)
     tritonserver_flags.add_flags(serve)
     # Installed frontend plugins (entry points "naiad.frontends": the OpenAI API) add theirs.

@@ -16,6 +16,7 @@ frontend plugins add theirs through the ``naiad_frontend_options`` hook.
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -93,6 +94,8 @@ class Flag:
     #: "TARGET.FIELD" (see :data:`TARGETS`), or None: read by ``naiad.cli`` itself
     option: str | None = None
     help: str | None = None
+    #: one of the most used flags: ``naiad serve --help`` shows it (``--help-all``: every flag)
+    common: bool = False
 
     @property
     def key(self) -> str:
@@ -101,12 +104,11 @@ class Flag:
 
     def add_to(self, group: argparse._ArgumentGroup) -> None:
         """Add this flag to ``group`` of the ``naiad serve`` parser."""
-        settings: dict[str, Any] = {"default": self.default, "help": self.help}
+        settings: dict[str, Any] = {"default": self.default, "help": help_text(self)}
         if self.dest:
             settings["dest"] = self.dest
         if self.kind == "switch":
-            settings.update(type=parse_bool, nargs="?", const=True, metavar="BOOL",
-                            help=f"{self.help} (default {str(self.default).lower()})")
+            settings.update(type=parse_bool, nargs="?", const=True, metavar="BOOL")
         elif self.kind == "true":
             settings.update(action="store_true")
             del settings["default"]
@@ -123,16 +125,16 @@ FLAGS: tuple[Flag, ...] = (
     Flag(("--id",), SERVER, dest="server_id", default="naiad", metavar="NAME",
          option="server.server_id",
          help="the server's name in its metadata (default naiad)"),
-    Flag(("--model-repository", "--model-store"), MODEL_REPOSITORY, kind="append",
+    Flag(("--model-repository", "--model-store"), MODEL_REPOSITORY, common=True, kind="append",
          dest="model_repository", default=[], metavar="PATH", option="server.model_repositories",
          help="a model repository (repeatable)"),
-    Flag(("--strict-model-config",), MODEL_REPOSITORY, kind="switch", default=False,
+    Flag(("--strict-model-config",), MODEL_REPOSITORY, common=True, kind="switch", default=False,
          option="server.strict_model_config",
          help="require a complete config.pbtxt; no auto-complete"),
     Flag(("--disable-auto-complete-config",), MODEL_REPOSITORY, kind="true",
          option="server.disable_auto_complete_config",
          help="do not let backends fill in missing configuration"),
-    Flag(("--model-control-mode",), MODEL_REPOSITORY, default="none",
+    Flag(("--model-control-mode",), MODEL_REPOSITORY, common=True, default="none",
          choices=("none", "explicit", "poll"), option="server.model_control_mode",
          help="none: load everything at start; explicit: load and unload through the "
               "repository API; poll: follow the repositories' changes"),
@@ -163,16 +165,17 @@ FLAGS: tuple[Flag, ...] = (
     Flag(("--model-load-retry-count",), MODEL_REPOSITORY, default=0, type=int, metavar="N",
          option="server.model_load_retry_count",
          help="how often a failed model load is tried again (default 0)"),
-    Flag(("--load-model",), MODEL_REPOSITORY, kind="append", default=[], metavar="NAME",
+    Flag(("--load-model",), MODEL_REPOSITORY, common=True, kind="append", default=[],
+         metavar="NAME",
          option="server.load_models",
          help="with explicit control: a model to load at start ('*' = all)"),
-    Flag(("--backend-config",), MODEL_REPOSITORY, kind="append", default=[],
+    Flag(("--backend-config",), MODEL_REPOSITORY, common=True, kind="append", default=[],
          type=_backend_config, metavar="NAME,KEY=VALUE",
          help="a setting for one backend (repeatable)"),
-    Flag(("--exit-on-error",), MODEL_REPOSITORY, kind="switch", default=True,
+    Flag(("--exit-on-error",), MODEL_REPOSITORY, common=True, kind="switch", default=True,
          option="server.exit_on_error",
          help="fail start-up when a model fails to load"),
-    Flag(("--strict-readiness",), MODEL_REPOSITORY, kind="switch", default=True,
+    Flag(("--strict-readiness",), MODEL_REPOSITORY, common=True, kind="switch", default=True,
          option="server.strict_readiness",
          help="ready only when no model has failed to load, in every --model-control-mode (a "
               "model unloaded on purpose, or whose config does not parse, does not count)"),
@@ -231,8 +234,10 @@ FLAGS: tuple[Flag, ...] = (
     Flag(("--allow-http",), LISTENERS, kind="switch", default=True,
          option="listeners.allow_http",
          help="serve HTTP/REST"),
-    Flag(("--http-address",), LISTENERS, default="0.0.0.0", option="listeners.http_address"),
-    Flag(("--http-port",), LISTENERS, default=8000, type=int, option="listeners.http_port"),
+    Flag(("--http-address",), LISTENERS, common=True, default="0.0.0.0", metavar="ADDRESS",
+         option="listeners.http_address"),
+    Flag(("--http-port",), LISTENERS, common=True, default=8000, type=int, metavar="PORT",
+         option="listeners.http_port"),
     Flag(("--reuse-http-port",), LISTENERS, kind="switch", default=False,
          option="listeners.reuse_http_port",
          help="let other servers listen on the same HTTP port (SO_REUSEPORT)"),
@@ -290,8 +295,10 @@ FLAGS: tuple[Flag, ...] = (
     Flag(("--allow-grpc",), LISTENERS, kind="switch", default=True,
          option="listeners.allow_grpc",
          help="serve gRPC"),
-    Flag(("--grpc-address",), LISTENERS, default="0.0.0.0", option="listeners.grpc_address"),
-    Flag(("--grpc-port",), LISTENERS, default=8001, type=int, option="listeners.grpc_port"),
+    Flag(("--grpc-address",), LISTENERS, default="0.0.0.0", metavar="ADDRESS",
+         option="listeners.grpc_address"),
+    Flag(("--grpc-port",), LISTENERS, common=True, default=8001, type=int, metavar="PORT",
+         option="listeners.grpc_port"),
     Flag(("--reuse-grpc-port",), LISTENERS, kind="switch", default=False,
          option="grpc.reuse_port",
          help="let other servers listen on the same gRPC port (SO_REUSEPORT)"),
@@ -354,9 +361,10 @@ FLAGS: tuple[Flag, ...] = (
     Flag(("--allow-metrics",), LISTENERS, kind="switch", default=True,
          option="listeners.allow_metrics",
          help="serve Prometheus metrics"),
-    Flag(("--metrics-address",), LISTENERS, default="0.0.0.0",
+    Flag(("--metrics-address",), LISTENERS, default="0.0.0.0", metavar="ADDRESS",
          option="listeners.metrics_address"),
-    Flag(("--metrics-port",), LISTENERS, default=8002, type=int, option="listeners.metrics_port"),
+    Flag(("--metrics-port",), LISTENERS, common=True, default=8002, type=int, metavar="PORT",
+         option="listeners.metrics_port"),
     Flag(("--allow-cpu-metrics",), LISTENERS, kind="switch", default=True,
          option="listeners.allow_cpu_metrics",
          help="report nv_cpu_* metrics"),
@@ -368,14 +376,16 @@ FLAGS: tuple[Flag, ...] = (
               "summary_quantiles, histogram_latencies, and naiad's summary_max_age, "
               "naiad_histograms, naiad_latency_buckets_ms, naiad_batch_size_buckets, "
               "naiad_summary_max_samples (docs/metrics.md)"),
-    Flag(("--cache-config",), RESPONSE_CACHE, kind="append", default=[], type=_cache_config,
+    Flag(("--cache-config",), RESPONSE_CACHE, common=True, kind="append", default=[],
+         type=_cache_config,
          metavar="NAME,KEY=VALUE",
          help="a setting of the response cache NAME, from the naiad-cache-NAME plugin "
               "(local,size=BYTES; redis,host=...); repeatable, one cache"),
     Flag(("--response-cache-byte-size",), RESPONSE_CACHE, default=0, type=int, metavar="BYTES",
          help="tritonserver's older spelling of --cache-config local,size=BYTES (default 0: no "
               "cache)"),
-    Flag(("--trace-config",), TRACING, kind="append", default=[], metavar="[MODE,]KEY=VALUE",
+    Flag(("--trace-config",), TRACING, common=True, kind="append", default=[],
+         metavar="[MODE,]KEY=VALUE",
          help="a trace setting (repeatable): level=OFF|TIMESTAMPS|TENSORS, rate=N, count=N, "
               "mode=triton|opentelemetry; triton,file=PATH, triton,log-frequency=N; "
               "opentelemetry,url=URL, opentelemetry,resource=KEY=VALUE, opentelemetry,bsp_*=N"),
@@ -392,7 +402,7 @@ FLAGS: tuple[Flag, ...] = (
     Flag(("--sched-batch",), PROCESS, kind="switch", default=True,
          help="run the server's threads in Linux's SCHED_BATCH class (naiad only; fewer wasted "
               "context switches between threads that share the GIL)"),
-    Flag(("--log-verbose",), LOGGING, default=0, type=int, metavar="LEVEL",
+    Flag(("--log-verbose",), LOGGING, common=True, default=0, type=int, metavar="LEVEL",
          help="verbose logging level (0 = off)"),
     Flag(("--log-info",), LOGGING, kind="switch", default=True,
          help="log informational messages"),
@@ -402,7 +412,7 @@ FLAGS: tuple[Flag, ...] = (
          help="log errors"),
     Flag(("--log-format",), LOGGING, default="default", choices=logs.LOG_FORMATS,
          help="default: 'LMMDD hh:mm:ss.ffffff'; ISO8601: 'YYYY-MM-DDThh:mm:ssZ L'"),
-    Flag(("--log-file",), LOGGING, default="", metavar="PATH",
+    Flag(("--log-file",), LOGGING, common=True, default="", metavar="PATH",
          help="append the log to this file instead of standard error"),
     Flag(("--plugin",), PLUGINS, kind="append", default=[], metavar="NAME",
          option="server.plugins_allowed",
@@ -439,8 +449,75 @@ def _shown_default(flag: Flag) -> str:
     if isinstance(flag.default, bool):
         return str(flag.default).lower()
     if isinstance(flag.default, int) and flag.default >= MIB and flag.default % MIB == 0:
+        if flag.default % (1024 * MIB) == 0:
+            return f"{flag.default // (1024 * MIB)} GiB"
         return f"{flag.default // MIB} MiB"
     return str(flag.default)
+
+
+def help_text(flag: Flag) -> str:
+    """The flag's ``--help`` line: its text, and its default where the text does not give
+    one already (ports, ``--model-control-mode``, switches: every flag that has one)."""
+    text = flag.help or ""
+    shown = _shown_default(flag)
+    if not shown or flag.kind == "true" or "default" in text:
+        return text
+    return f"{text} (default {shown})" if text else f"default {shown}"
+
+
+# ---- naiad serve --help (the common flags) and --help-all (every flag) ----
+
+HELP_ALL = "--help-all"
+
+
+class _HelpAction(argparse.Action):
+    """Print the short (``-h``, ``--help``) or the full (``--help-all``) help and exit."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str = argparse.SUPPRESS,
+                 every_flag: bool = False, help: str | None = None) -> None:
+        super().__init__(option_strings, dest=dest, default=argparse.SUPPRESS, nargs=0,
+                         help=help)
+        self.every_flag = every_flag
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: Any, option_string: str | None = None) -> None:
+        text = parser.format_help() if self.every_flag else short_help(parser)
+        parser._print_message(text, sys.stdout)
+        parser.exit()
+
+
+def add_help_flags(parser: argparse.ArgumentParser) -> None:
+    """``-h``/``--help`` (the most used flags, by group) and ``--help-all`` (every flag,
+    tritonserver's inert ones and the frontend plugins' too); the parser needs
+    ``add_help=False``."""
+    parser.add_argument("-h", "--help", action=_HelpAction,
+                        help="the most used flags, by group, and exit")
+    parser.add_argument(HELP_ALL, action=_HelpAction, every_flag=True,
+                        help="every flag, by group, and exit")
+
+
+def short_help(parser: argparse.ArgumentParser) -> str:
+    """``naiad serve --help``: the rows marked ``common``, in their groups, then how many
+    more there are and where they are listed (the full list runs to hundreds of lines)."""
+    common = {name for flag in FLAGS if flag.common for name in flag.names}
+    helps = {action for action in parser._actions if isinstance(action, _HelpAction)}
+    formatter = parser._get_formatter()
+    formatter.add_usage(parser.usage, parser._actions, parser._mutually_exclusive_groups)
+    formatter.add_text(parser.description)
+    left = 0
+    for group in parser._action_groups:
+        shown = [action for action in group._group_actions
+                 if action in helps or common & set(action.option_strings)]
+        left += len(group._group_actions) - len(shown)
+        if shown:
+            formatter.start_section(group.title)
+            formatter.add_arguments(shown)
+            formatter.end_section()
+    formatter.add_text(f"{left} more flags (limits, timeouts, TLS, tuning, tracing details, "
+                       f"tritonserver's flags that change nothing here, installed frontends'): "
+                       f"'naiad serve {HELP_ALL}' lists every flag; docs/user-guide.md#flags "
+                       f"has them as a table.")
+    return formatter.format_help()
 
 
 def markdown_table() -> str:
