@@ -53,6 +53,7 @@ PUBLIC_MODULES = (
     "naiad.errors",
     "naiad.hookspecs",
     "naiad.settings",
+    "naiad.sockets",
     "naiad.types",
 )
 

@@ -17,11 +17,16 @@ import tempfile
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from importlib.metadata import entry_points
 from pathlib import Path
 
 from naiad.testing.parent_death import popen_ending_with_this_process
 
 SECONDS = 1.0
+
+#: frontend plugins that listen on a port of their own: ``naiad.frontends`` entry point name
+#: -> the flag that sets its port. A test server gets a free one (see ``ServerProcess``).
+FRONTEND_PORT_FLAGS = {"openai": "--openai-port"}
 
 
 def free_port() -> int:
@@ -29,6 +34,19 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+def installed_frontend_port_flags() -> list[str]:
+    """The port flags of the installed frontend plugins (``FRONTEND_PORT_FLAGS``)."""
+    installed = {entry.name for entry in entry_points(group="naiad.frontends")}
+    return [flag for name, flag in FRONTEND_PORT_FLAGS.items() if name in installed]
+
+
+def runs_naiad_serve(cmd: Sequence[str]) -> bool:
+    """Whether ``cmd`` is ``naiad serve ...`` (``python -m naiad serve`` or a ``naiad``
+    program), as opposed to ``tritonserver`` or a helper."""
+    return any(part == "serve" and i > 0 and Path(cmd[i - 1]).name == "naiad"
+               for i, part in enumerate(cmd))
 
 
 def stop_process(process: subprocess.Popen[bytes] | None,
@@ -46,7 +64,12 @@ def stop_process(process: subprocess.Popen[bytes] | None,
 
 
 class ServerProcess:
-    """A server started as ``cmd`` (a list; ``{http_port}``-style placeholders are filled).
+    """A server started as ``cmd`` (a list; ``{http_port}``-style placeholders are filled:
+    ``http_port``, ``grpc_port``, ``metrics_port``, ``openai_port``).
+
+    A ``naiad serve`` command that names no port for an installed frontend plugin (the
+    OpenAI API's ``--openai-port``) gets ``openai_port``, a free one: two test servers never
+    contend for a plugin's default port (9000), which the second could not bind.
 
     ``start()`` waits until ``GET /v2/health/ready`` (sent with ``ready_headers``, for a
     server whose health API is restricted) answers 200 (or ``ready_status``), the process
@@ -69,11 +92,17 @@ class ServerProcess:
         self.http_port = free_port()
         self.grpc_port = free_port()
         self.metrics_port = free_port()
+        self.openai_port = free_port()
         ports = {
             "http_port": self.http_port,
             "grpc_port": self.grpc_port,
             "metrics_port": self.metrics_port,
+            "openai_port": self.openai_port,
         }
+        cmd = list(cmd)
+        if runs_naiad_serve(cmd):
+            cmd += [f"{flag}={{openai_port}}" for flag in installed_frontend_port_flags()
+                    if not any(part.split("=")[0] == flag for part in cmd)]
         self.cmd = [part.format(**ports) for part in cmd]
         self.env = {**os.environ, **(env or {})}
         self.cwd = cwd
@@ -158,7 +187,8 @@ class ServerProcess:
 @contextmanager
 def naiad_server(*args: str, env: dict[str, str] | None = None,
                  **kwargs: object) -> Iterator[ServerProcess]:
-    """``naiad serve ARGS`` on free loopback ports (HTTP, gRPC, metrics), ready on entry.
+    """``naiad serve ARGS`` on free loopback ports (HTTP, gRPC, metrics, and the OpenAI
+    API's where that plugin is installed: ``openai_port``), ready on entry.
 
     ``NAIAD_TEST_SERVE_ARGS`` in the environment adds flags to every server a suite starts
     (e.g. ``--frontend-processes=2``: the same suite against another process layout)."""

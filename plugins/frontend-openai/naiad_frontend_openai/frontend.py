@@ -157,7 +157,7 @@ class OpenAIFrontend:
         self.service = OpenAIService(context.server, settings, context.metrics_app)
         self.app = build_app(self.service)
         self.listener = Listener(self.app, settings.address, settings.port,
-                                 settings.drain_timeout_s)
+                                 settings.drain_timeout_s, settings.reuse_port)
 
     async def start(self) -> None:
         try:

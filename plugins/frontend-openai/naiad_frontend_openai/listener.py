@@ -1,54 +1,32 @@
 """The OpenAI API's listening sockets and its uvicorn server.
 
-Sockets are bound here with SO_REUSEPORT, always: several naiad processes may serve the
-OpenAI API on one port and the kernel spreads connections among them. Signals stay with
-``naiad serve`` (it stops the frontend through :meth:`Listener.stop`).
+Sockets are bound by :func:`naiad.sockets.bind_listening_sockets`: a port another process
+holds stops start-up with a message naming the address, unless every process sharing it sets
+``--reuse-openai-port`` (SO_REUSEPORT; the kernel spreads connections among them). Signals
+stay with ``naiad serve`` (it stops the frontend through :meth:`Listener.stop`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import socket
 from collections.abc import Iterator
 from typing import Any
 
+from naiad.sockets import bind_listening_sockets
+
 #: how often start() looks whether uvicorn has started
 START_POLL_S = 0.01
-
-
-def bind_reuse_port(host: str, port: int) -> list[socket.socket]:
-    """TCP sockets bound to every address of ``host`` at ``port``, SO_REUSEPORT set.
-    Raises OSError naming the address when the port cannot be had."""
-    try:
-        found = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM,
-                                   flags=socket.AI_PASSIVE)
-    except socket.gaierror as exc:
-        raise OSError(f"OpenAI frontend: cannot resolve {host}: {exc}") from None
-    sockets: list[socket.socket] = []
-    try:
-        for family, kind, proto, _, address in dict.fromkeys(found):
-            sock = socket.socket(family, kind, proto)
-            sockets.append(sock)
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            if hasattr(socket, "SO_REUSEPORT"):
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-            if family == socket.AF_INET6:
-                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            sock.bind(address)
-    except OSError as exc:
-        for sock in sockets:
-            sock.close()
-        raise OSError(f"OpenAI frontend: cannot listen on {host}:{port}: "
-                      f"{exc.strerror or exc}") from None
-    return sockets
+#: the flag that lets other processes listen on the OpenAI port
+REUSE_FLAG = "--reuse-openai-port"
 
 
 class Listener:
-    """uvicorn serving ``app`` on sockets bound by :func:`bind_reuse_port`."""
+    """uvicorn serving ``app`` on sockets bound here, shared with other processes only
+    with ``reuse_port``."""
 
-    def __init__(self, app: Any, host: str, port: int, drain_timeout_s: float) -> None:
+    def __init__(self, app: Any, host: str, port: int, drain_timeout_s: float,
+                 reuse_port: bool = False) -> None:
         import uvicorn
 
         class Server(uvicorn.Server):
@@ -61,11 +39,12 @@ class Listener:
                                 server_header=False,
                                 timeout_graceful_shutdown=int(drain_timeout_s) or 1)
         self.server = Server(config)
-        self.host, self.port = host, port
+        self.host, self.port, self.reuse_port = host, port, reuse_port
         self.task: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
-        sockets = bind_reuse_port(self.host, self.port)
+        sockets = bind_listening_sockets(self.host, self.port, reuse_port=self.reuse_port,
+                                         reuse_flag=REUSE_FLAG, service="OpenAI frontend: ")
         self.task = asyncio.create_task(self.server.serve(sockets=sockets))
         while not self.server.started:
             if self.task.done():

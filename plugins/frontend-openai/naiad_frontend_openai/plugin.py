@@ -66,8 +66,12 @@ def naiad_frontend_options(parser: argparse.ArgumentParser) -> None:
                        help="address of the OpenAI API (default: --http-address's, as "
                             "Triton's frontends share --host)")
     group.add_argument("--openai-port", type=int, default=DEFAULT_PORT, metavar="PORT",
-                       help=f"port of the OpenAI API (default {DEFAULT_PORT}); other naiad "
-                            f"processes may listen on it too (SO_REUSEPORT)")
+                       help=f"port of the OpenAI API (default {DEFAULT_PORT}); a port "
+                            f"another process holds stops start-up")
+    group.add_argument("--reuse-openai-port", type=_bool, nargs="?", const=True,
+                       default=False, metavar="BOOL",
+                       help="let other servers listen on the same OpenAI port (SO_REUSEPORT, "
+                            "each of them setting it; default false)")
     group.add_argument("--tokenizer", default=None, metavar="PATH",
                        help="a Hugging Face tokenizer folder (or hub id, when the hub can be "
                             "reached) for chat templates and token counts; a model whose "

@@ -38,6 +38,8 @@ def parse_restrictions(given: list[list[str]]) -> dict[str, tuple[str, str]]:
 class OpenAISettings:
     address: str = "0.0.0.0"
     port: int = 9000
+    #: SO_REUSEPORT: other processes that set it too may listen on the port
+    reuse_port: bool = False
     #: a tokenizer folder or hub id for every model without one in its folder; None: none
     tokenizer: str | None = None
     #: a Jinja chat template file overriding the tokenizers'
@@ -65,6 +67,7 @@ class OpenAISettings:
             address=(options.openai_address
                      or getattr(options, "http_address", None) or "0.0.0.0"),
             port=options.openai_port,
+            reuse_port=options.reuse_openai_port,
             tokenizer=options.tokenizer,
             chat_template=Path(template) if template else None,
             tool_call_parser=options.tool_call_parser,

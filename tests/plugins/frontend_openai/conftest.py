@@ -15,7 +15,7 @@ pytest.importorskip("openai", reason="the openai client is not installed")
 
 import openai
 
-from naiad.testing import ServerProcess, free_port, naiad_server
+from naiad.testing import ServerProcess, naiad_server
 from tests.plugins.frontend_openai.openai_models import (
     UPSTREAM,
     build_tokenizer,
@@ -45,11 +45,11 @@ class OpenAIServer:
 
 def serve_openai(repository: Path, *args: str, env: dict[str, str] | None = None
                  ) -> Iterator[OpenAIServer]:
-    """``naiad serve`` over ``repository`` with the OpenAI API on a free port."""
-    port = free_port()
-    with naiad_server("--model-repository", str(repository), "--openai-port", str(port),
-                      *args, env=env, ready_timeout=120) as process:
-        server = OpenAIServer(process, port, repository)
+    """``naiad serve`` over ``repository`` with the OpenAI API on a free port (the one
+    naiad.testing gives every test server)."""
+    with naiad_server("--model-repository", str(repository), *args, env=env,
+                      ready_timeout=120) as process:
+        server = OpenAIServer(process, process.openai_port, repository)
         try:
             yield server
         finally:

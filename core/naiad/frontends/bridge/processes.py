@@ -28,7 +28,8 @@ from naiad.frontends.bridge.engine import BridgeServer
 from naiad.frontends.bridge.grpc_engine import GRPCBridge
 from naiad.frontends.grpc.options import GRPCOptions
 from naiad.frontends.http.limits import HTTPLimits
-from naiad.frontends.http.listener import bind_sockets
+from naiad.frontends.http.listener import REUSE_FLAG
+from naiad.sockets import bind_listening_sockets
 
 log = logging.getLogger("naiad.http")
 
@@ -109,7 +110,8 @@ class FrontendProcesses:
     async def start(self) -> None:
         http = self.http
         if http is not None:
-            self._sockets = bind_sockets(http.host, http.port, http.reuse_port)
+            self._sockets = bind_listening_sockets(http.host, http.port, reuse_port=http.reuse_port,
+                                                  reuse_flag=REUSE_FLAG)
             for sock in self._sockets:
                 sock.listen(LISTEN_BACKLOG)
             await self.bridge.start()

@@ -1,7 +1,8 @@
 """The HTTP listeners naiad runs an ASGI application on: uvicorn (httptools behind naiad's
-guard, the default) or hypercorn, on sockets naiad binds itself (:func:`bind_sockets`), so
-that a taken port is an error naming the address and several processes may share a port or
-one accepting socket (frontend processes, ``naiad.frontends.bridge``)."""
+guard, the default) or hypercorn, on sockets naiad binds itself
+(:func:`naiad.sockets.bind_listening_sockets`), so that a taken port is an error naming the
+address and several processes may share a port or one accepting socket (frontend processes,
+``naiad.frontends.bridge``)."""
 
 from __future__ import annotations
 
@@ -12,60 +13,23 @@ import socket
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from naiad.frontends.http.limits import (
-    HTTPLimits,
-    HypercornGuard,
-    guarded_protocol,
-    hypercorn_settings,
-)
+from naiad.frontends.http.infer import InferRoute
+from naiad.frontends.http.limits import HTTPLimits, HypercornGuard, hypercorn_settings
+from naiad.frontends.http.protocol import naiad_protocol
+from naiad.sockets import bind_listening_sockets
 
 HTTP_SERVERS = ("uvicorn", "hypercorn")
-
-
-def bind_sockets(host: str, port: int, reuse_port: bool = False) -> list[socket.socket]:
-    """TCP sockets bound (not yet listening) to every address of ``host`` at ``port``, for
-    an HTTP listener to serve. With ``reuse_port`` (``--reuse-http-port``), SO_REUSEPORT:
-    processes that all set it may listen on one port, and the kernel spreads new
-    connections among them.
-
-    naiad binds rather than the HTTP server so that both servers can reuse ports and a
-    taken port is an OSError naming the address, raised before the HTTP server starts.
-    """
-    if reuse_port and not hasattr(socket, "SO_REUSEPORT"):
-        raise OSError("--reuse-http-port needs SO_REUSEPORT, which this system lacks")
-    try:
-        found = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM,
-                                   flags=socket.AI_PASSIVE)
-    except socket.gaierror as exc:
-        raise OSError(f"cannot resolve {host}: {exc}") from None
-    sockets: list[socket.socket] = []
-    try:
-        for family, kind, proto, _, address in dict.fromkeys(found):
-            sock = socket.socket(family, kind, proto)
-            sockets.append(sock)
-            # As asyncio's create_server does: restart on a port in TIME_WAIT, and keep an
-            # IPv6 socket off the IPv4 addresses another of these sockets binds.
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            if reuse_port:
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-            if family == socket.AF_INET6:
-                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
-            # Accepted connections inherit it, as hypercorn sets it on sockets of its own.
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            sock.bind(address)
-    except OSError as exc:
-        for sock in sockets:
-            sock.close()
-        how = " with SO_REUSEPORT" if reuse_port else ""
-        raise OSError(f"cannot listen on {host}:{port}{how}: {exc.strerror or exc}") from None
-    return sockets
+#: the flag that lets other processes listen on the HTTP port
+REUSE_FLAG = "--reuse-http-port"
 
 
 class UvicornListener:
-    """A uvicorn server that leaves signal handling to naiad."""
+    """A uvicorn server that leaves signal handling to naiad. With ``infer`` (the
+    application's :class:`InferRoute`), naiad's protocol answers plain inferences itself
+    (:mod:`.protocol`); everything else reaches ``app``."""
 
     def __init__(self, app: Any, host: str, port: int, reuse_port: bool = False,
-                 limits: HTTPLimits | None = None) -> None:
+                 limits: HTTPLimits | None = None, infer: InferRoute | None = None) -> None:
         import uvicorn
 
         class Server(uvicorn.Server):
@@ -78,7 +42,7 @@ class UvicornListener:
         # (header size and count, header and body timeouts); the keep-alive is uvicorn's.
         limits = limits or HTTPLimits()
         config = uvicorn.Config(app, host=host, port=port, loop="none",
-                                http=guarded_protocol(limits),
+                                http=naiad_protocol(limits, infer),
                                 timeout_keep_alive=limits.keepalive_timeout,  # type: ignore[arg-type]
                                 lifespan="off", access_log=False, log_level="warning",
                                 timeout_graceful_shutdown=5, proxy_headers=False,
@@ -91,7 +55,8 @@ class UvicornListener:
         """Serve on ``sockets`` (bound, possibly listening already: a frontend process
         shares its engine's), or on sockets bound here to the host and port."""
         if sockets is None:
-            sockets = bind_sockets(self.host, self.port, self.reuse_port)
+            sockets = bind_listening_sockets(self.host, self.port, reuse_port=self.reuse_port,
+                                             reuse_flag=REUSE_FLAG)
         self.task = asyncio.create_task(self.server.serve(sockets=list(sockets)))
         while not self.server.started:
             if self.task.done():
@@ -125,8 +90,9 @@ class HypercornListener:
         from hypercorn.asyncio import serve
 
         # hypercorn serves inherited file descriptors ("fd://N"), whose sockets it then owns.
-        self.config.bind = [f"fd://{sock.detach()}"
-                            for sock in bind_sockets(self.host, self.port, self.reuse_port)]
+        sockets = bind_listening_sockets(self.host, self.port, reuse_port=self.reuse_port,
+                                         reuse_flag=REUSE_FLAG)
+        self.config.bind = [f"fd://{sock.detach()}" for sock in sockets]
         self.task = asyncio.create_task(
             serve(self.app, self.config, shutdown_trigger=self.stopping.wait))  # type: ignore[arg-type]
         await asyncio.sleep(0.05)
@@ -140,6 +106,10 @@ class HypercornListener:
 
 
 def http_listener(kind: str, app: Any, host: str, port: int, reuse_port: bool = False,
-                   limits: HTTPLimits | None = None) -> UvicornListener | HypercornListener:
-    listener = UvicornListener if kind == "uvicorn" else HypercornListener
-    return listener(app, host, port, reuse_port, limits)
+                  limits: HTTPLimits | None = None, infer: InferRoute | None = None
+                  ) -> UvicornListener | HypercornListener:
+    """The listener of ``--http-server`` ``kind``. ``infer``: see :class:`UvicornListener`
+    (hypercorn serves every request, inferences included, through the ASGI application)."""
+    if kind == "uvicorn":
+        return UvicornListener(app, host, port, reuse_port, limits, infer)
+    return HypercornListener(app, host, port, reuse_port, limits)
