@@ -59,12 +59,24 @@ def _unavailable(reason: str) -> None:
     pytest.skip(f"Triton compat suite skipped: {reason}")
 
 
+NO_SCRIPTS = f"no serve.sh/setup.sh in {TRITON_SCRIPTS} (set NAIAD_TRITON_SCRIPTS)"
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_naiad_skip_reasons(config: pytest.Config) -> list[tuple[str, str]]:
+    """Said before the run (the root conftest.py): without Triton's scripts the suite skips."""
+    scripts = (TRITON_SCRIPTS / "serve.sh", TRITON_SCRIPTS / "setup.sh")
+    if all(path.exists() for path in scripts) or os.environ.get("NAIAD_REQUIRE_TRITON") == "1":
+        return []
+    return [("triton_serve_script", f"Triton compat suite skipped: {NO_SCRIPTS}")]
+
+
 @pytest.fixture(scope="session")
 def triton_serve_script() -> Path:
     """serve.sh of a working tritonserver peer; runs setup.sh once when it is missing."""
     serve, setup = TRITON_SCRIPTS / "serve.sh", TRITON_SCRIPTS / "setup.sh"
     if not serve.exists() or not setup.exists():
-        _unavailable(f"no serve.sh/setup.sh in {TRITON_SCRIPTS} (set NAIAD_TRITON_SCRIPTS)")
+        _unavailable(NO_SCRIPTS)
     if not TRITON_BIN.exists() or not TRITON_STUB.exists():
         try:
             proc = subprocess.run(
