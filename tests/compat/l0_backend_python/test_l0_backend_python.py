@@ -63,12 +63,6 @@ KNOWN: dict[tuple[str, str], str] = {
         "a worker's log level is fixed when it starts (isolated/instance.py sends INFO unless "
         "--log-verbose was given): POST /v2/logging log_verbose_level=1 does not reach "
         "running workers, so a model's log_verbose lines stay unsent"),
-    ("response_sender", "test_non_decoupled_"): (
-        "a non-decoupled model's response sender: naiad takes its one response, sent final, "
-        "as execute's return value; Triton (2.51) lets it send the response and the final "
-        "flag apart, also after execute returned, the response reaching the client when sent "
-        "(the worker protocol would carry a non-decoupled response after the execute reply: "
-        "isolated/*, naiad_stub_wire)"),
     ("restart", "server starts"): (
         "restart's model imports c_python_backend_utils (Triton's C++ stub module) for "
         "shared_memory.free_memory(); naiad's worker has no such module"),

@@ -308,7 +308,6 @@ def test_wrong_number_of_responses(load):
     ("return tuple()", "Expected a list in the execute return, found type '<class 'tuple'>'."),
     ("return [3]", "Expected an 'InferenceResponse' object in the execute function return "
                    "list, found type '<class 'int'>'."),
-    ("return [None]", "found type '<class 'NoneType'>'"),
     ("return [pb_utils.InferenceResponse(['x'])]", "Expected a 'Tensor' object"),
 ])
 def test_malformed_returns_fail_the_batch(load, body, expected):
@@ -323,6 +322,26 @@ def test_malformed_returns_fail_the_batch(load, body, expected):
         instance.execute([add_sub_request()])
     assert expected in info.value.message
     assert info.value.status is Status.INTERNAL
+
+
+def test_a_request_execute_returned_none_for_and_never_answered_gets_an_error(load):
+    """``return [None]`` is Triton's way to answer through the response sender later; a
+    request the model then lets go of unanswered fails instead of waiting forever (in a
+    worker), or fails the batch as before (in-process, where nothing can come later)."""
+    instance = load("unanswered", """
+        class TritonPythonModel:
+            def execute(self, requests):
+                return [None for _ in requests]
+    """)
+    try:
+        [response] = instance.execute([add_sub_request(id="r1")])
+    except InferenceServerError as exc:  # in-process
+        assert "found type '<class 'NoneType'>'" in exc.message
+        assert "in-process" in exc.message
+        return
+    assert response.error is not None and response.error.status is Status.INTERNAL
+    assert "let go of it without sending its response" in response.error.message
+    assert "'unanswered'" in response.error.message and "'r1'" in response.error.message
 
 
 def test_model_without_execute(load):

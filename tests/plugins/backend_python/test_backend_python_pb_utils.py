@@ -214,14 +214,21 @@ def test_bls_request_is_refused_outside_execute(monkeypatch):
 
 
 def test_response_sender_rules_of_a_non_decoupled_model():
+    """Triton's (response_sender.cc): one response, with the final flag or before it; its
+    errors for a final flag first, a second response, and anything after the final flag."""
     sender = pb_utils.InferenceRequest(model_name="m").get_response_sender()
-    with pytest.raises(pb_utils.TritonModelException, match="cannot send more than one"):
-        sender.send(pb_utils.InferenceResponse())  # no FINAL flag: decoupled streaming
     with pytest.raises(pb_utils.TritonModelException, match="cannot send complete final"):
         sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
-    sender.send(pb_utils.InferenceResponse(), flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
-    with pytest.raises(pb_utils.TritonModelException, match="closed"):
+    with pytest.raises(pb_utils.TritonModelException, match="Unsupported flag"):
+        sender.send(pb_utils.InferenceResponse(), flags=4)
+    with pytest.raises(pb_utils.TritonModelException, match="must be provided"):
+        sender.send()
+    sender.send(pb_utils.InferenceResponse())  # the response, the final flag apart
+    with pytest.raises(pb_utils.TritonModelException, match="cannot send more than one"):
         sender.send(pb_utils.InferenceResponse())
+    sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+    with pytest.raises(pb_utils.TritonModelException, match="closed"):
+        sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
 
 
 def test_metric_families_need_a_model_running_in_a_server():

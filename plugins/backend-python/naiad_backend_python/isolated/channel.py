@@ -78,6 +78,19 @@ class _Pending(NamedTuple):
     region: wire.Region | None  # where the batch's tensors went, if it used the region
 
 
+class _LateBatch:
+    """A batch answered with some responses still to come: an ordinary model's requests
+    that execute returned None for, whose responses the model sends afterwards (``response``
+    messages). ``done`` gets the batch's responses once the last one came."""
+
+    __slots__ = ("done", "missing", "responses")
+
+    def __init__(self, done: Done, responses: list[InferenceResponse | None]) -> None:
+        self.done = done
+        self.responses = responses
+        self.missing = sum(response is None for response in responses)
+
+
 class WorkerChannel:
     """Talks to one worker process. ``call`` (one answer, synchronously) before
     :meth:`start_reading`; ``submit`` after it, from any thread."""
@@ -109,6 +122,8 @@ class WorkerChannel:
         self.calls: ServerCalls | None = None
         # Requests of a decoupled model whose stream is open: (batch id, index) -> request.
         self._streams: dict[tuple[int, int], InferenceRequest] = {}
+        # Batches waiting for responses sent after their result, by batch id (rare).
+        self._late: dict[int, _LateBatch] = {}
         # The traces of the traced requests sent, by id, while they live: a BLS call names
         # the trace of the request it is made for (InferenceRequest.trace).
         self.traces: weakref.WeakValueDictionary[int, Any] = weakref.WeakValueDictionary()
@@ -169,7 +184,7 @@ class WorkerChannel:
 
     @property
     def in_flight(self) -> int:
-        return len(self._pending) + len(self._waiting)
+        return len(self._pending) + len(self._waiting) + len(self._late)
 
     def submit(self, requests: Sequence[InferenceRequest], done: Done) -> None:
         """Send a batch (or queue it behind the region batch in flight); ``done`` gets its
@@ -361,12 +376,40 @@ class WorkerChannel:
         with self._lock:
             request = (self._streams.pop(key, None) if final  # type: ignore[arg-type]
                        else self._streams.get(key))  # type: ignore[arg-type]
+        if request is None and self._late:
+            self._late_response(key, response)  # type: ignore[arg-type]
+            return
         if request is None or request.sender is None:
             return  # the stream was ended (by an error, the batch's failure) already
         try:
             request.sender.send(response, final)
         except RuntimeError:
             pass  # the server ended the stream meanwhile
+
+    def _late_response(self, key: tuple[int, int], response: InferenceResponse | None
+                       ) -> None:
+        """An ordinary model's response sent after its batch's result."""
+        batch_id, index = key
+        with self._lock:
+            late = self._late.get(batch_id)
+            if late is None or not 0 <= index < len(late.responses) \
+                    or late.responses[index] is not None:
+                late = None
+            else:
+                late.responses[index] = response or InferenceResponse(
+                    error=InferenceServerError(
+                        f"model '{self.model_name}' instance '{self.instance_name}': the "
+                        f"worker sent an empty response", Status.INTERNAL))
+                late.missing -= 1
+                if late.missing:
+                    return
+                del self._late[batch_id]
+        if late is None:
+            log.error("model '%s' instance '%s': the worker sent a response for request %r, "
+                      "which is not in flight; ignored", self.model_name, self.instance_name,
+                      key)
+            return
+        late.done(late.responses)
 
     def _response(self, body: dict, payload: memoryview, region: wire.Region | None
                   ) -> InferenceResponse:
@@ -395,9 +438,17 @@ class WorkerChannel:
             self._waiting.clear()
             streams = list(self._streams.values())
             self._streams.clear()
+            late = list(self._late.values())
+            self._late.clear()
         self._finalized.set()
         for done in failed:
             done(WorkerDied("the worker process ended"))
+        for batch in late:  # what came stays; the rest fails
+            gone = InferenceResponse(error=unavailable(
+                f"model '{self.model_name}' instance '{self.instance_name}': the worker "
+                f"process ended before the model sent the response"))
+            batch.done([gone if response is None else response
+                        for response in batch.responses])
         # Streams whose batch had returned: their model cannot send any more.
         for request in streams:
             if request.sender is not None:
@@ -427,6 +478,15 @@ class WorkerChannel:
             result = InferenceServerError(
                 f"model '{self.model_name}' instance '{self.instance_name}': unreadable answer "
                 f"from the worker: {type(exc).__name__}: {exc}", Status.INTERNAL)
+        if type(result) is _Deferred:  # responses to come after the result
+            with self._lock:
+                if not self._gone:
+                    self._late[reply["id"]] = _LateBatch(pending.done, result.responses)
+                    pending = None  # type: ignore[assignment]
+            if pending is not None:
+                result = unavailable(f"model '{self.model_name}' instance "
+                                     f"'{self.instance_name}': the worker process ended "
+                                     f"before the model sent the response")
         if region is not None:
             if reply.get("retire_region"):
                 # The model kept inputs that live in the region (naiad_stub_main): with this
@@ -435,7 +495,8 @@ class WorkerChannel:
                     self.region = None
                 region.close()
             self._release_region()
-        pending.done(result)
+        if pending is not None:
+            pending.done(result)
 
     def _responses(self, reply: dict, payload: memoryview, region: wire.Region | None
                    ) -> list[InferenceResponse]:
@@ -444,9 +505,14 @@ class WorkerChannel:
             status, message = failure
             log.error("%s", message)
             raise InferenceServerError(message, _status(status))
-        responses = []
+        responses: list[Any] = []
         output_bytes = 0
+        deferred = False
         for answer in reply["responses"]:
+            if answer is None:  # the model sends this one after the result
+                responses.append(None)
+                deferred = True
+                continue
             error = answer.get("error")
             if error is not None:
                 responses.append(InferenceResponse(
@@ -462,6 +528,8 @@ class WorkerChannel:
                              if parameters else InferenceResponse(outputs=outputs))
         if region is not None:
             self._output_hint = output_bytes
+        if deferred:
+            return _Deferred(responses)  # type: ignore[return-value]
         return responses
 
     def _log(self, message: dict) -> None:
@@ -502,6 +570,12 @@ class WorkerChannel:
         if self.region is not None:
             self.region.close()
             self.region = None
+
+
+class _Deferred(NamedTuple):
+    """A batch's responses with None where a response comes after the result."""
+
+    responses: list[InferenceResponse | None]
 
 
 def _status(name: str) -> Status:

@@ -15,7 +15,9 @@ helper thread reads them while a job runs long or the model waits for the server
 - ``execute``: a batch of requests (tensors in the shared memory region or the payload)
   -> ``result``: one response per request, or the batch's failure. A decoupled model's
   responses go as ``response`` messages (``batch``, ``index``, ``final``), whenever and
-  from whichever thread the model sends them;
+  from whichever thread the model sends them; so does an ordinary model's one response when
+  execute returned None for its request without it (its entry in ``result`` is null, and
+  the ``response`` message follows the ``result``);
 - ``finalize`` -> ``finalized``, then the process exits.
 
 Whoever reads handles ``cancel`` (``batch``, ``index``: the client gave up on that request;
@@ -359,7 +361,7 @@ class Worker:
         try:
             self.model = runner.ModelRunner(header["model_file"], header["args"],
                                             header["outputs"], whole_process=True,
-                                            emit=self._emit)
+                                            emit=self._emit, late_responses=True)
         except runner.LoadFailure as exc:
             self.connection.send({"op": "failed", "message": str(exc)})
             return
@@ -417,9 +419,11 @@ class Worker:
                 self.region = None
             reply["retire_region"] = True
         self.connection.send(reply, buffers)
+        model = self.model
+        if model is not None and model._late:  # responses sent after execute returned
+            model.arm_late()
         batch = header["id"]
         self._done_batch = batch
-        model = self.model
         if (self._cancelled or self._open) and (
                 model is None or not model.decoupled or "failure" in reply):
             self._forget((batch, index) for index in range(len(header["requests"])))
@@ -447,11 +451,14 @@ class Worker:
             results = self.model.execute(requests)
             out = header.get("out")  # None: a batch that travels inside its messages
             packer = wire.Packer(region if out is not None else None, out or 0)
-            reply["responses"] = [{
-                "outputs": [packer.add(name, datatype, array) for name, datatype, array in outputs],
-                "parameters": parameters,
-                "error": error,
-            } for outputs, parameters, error in results]
+            deferred = runner.DEFERRED
+            # None: a response the model sends after execute returned (a "response" message)
+            reply["responses"] = [None if result is deferred else {
+                "outputs": [packer.add(name, datatype, array)
+                            for name, datatype, array in result[0]],
+                "parameters": result[1],
+                "error": result[2],
+            } for result in results]
             return reply, packer.payload
         except runner.BatchFailure as exc:
             reply["failure"] = [exc.status, exc.message]

@@ -67,6 +67,10 @@ NO_RESULT: Result = ([], None, None)
 #: ``emit(request, result, final)``: one response of a decoupled model's request (result
 #: None: the final flag alone), from whichever thread the model sends it on.
 Emit = Callable[[Any, Optional[Result], bool], None]
+#: What ``execute`` gives a request of an ordinary model that execute returned None for and
+#: whose response was not sent yet: it leaves later, through ``emit`` (see :class:`_Late`).
+#: Compared by identity.
+DEFERRED: Result = ([], None, None)
 
 
 class LoadFailure(Exception):
@@ -137,11 +141,15 @@ class ModelRunner:
     """One ``TritonPythonModel`` object, imported and initialized."""
 
     def __init__(self, model_file: str, args: dict[str, str], output_names: Sequence[str],
-                 whole_process: bool = False, emit: Emit | None = None) -> None:
+                 whole_process: bool = False, emit: Emit | None = None,
+                 late_responses: bool = False) -> None:
         """Import ``model_file`` and run ``initialize(args)``. Raises :class:`LoadFailure`.
         ``whole_process``: this process serves only this model (a worker). ``emit``: how
         a decoupled model's responses leave (the execution mode's); requests of a
-        decoupled model get response senders that call it."""
+        decoupled model get response senders that call it. ``late_responses``: ``emit``
+        can also carry an ordinary model's response after execute returned None for its
+        request (the worker's can: :data:`DEFERRED`); else such a request fails the
+        batch."""
         name = args["model_name"]
         config = json.loads(args["model_config"])
         self.decoupled = bool(config.get("model_transaction_policy", {}).get("decoupled"))
@@ -149,6 +157,9 @@ class ModelRunner:
             raise LoadFailure(f"model '{name}' is decoupled, and this execution mode cannot "
                               f"send its responses")
         self.emit = emit
+        self.late_responses = late_responses and emit is not None
+        # The deferred requests of the batch just executed, until :meth:`arm_late`.
+        self._late: list[_Late] = []
         self.model_name = name
         self.instance_name = args["model_instance_name"]
         self.model_file = model_file
@@ -220,10 +231,87 @@ class ModelRunner:
                     f"InferenceRequest objects. InferenceRequest(s) size is:{len(requests)}, "
                     f"and InferenceResponse(s) size is:{len(returned)}\n")
             convert = self._convert
-            return [convert(response, request, pb_request) for response, request, pb_request
-                    in zip(returned, requests, pb_requests)]
+            results = []
+            for response, request, pb_request in zip(returned, requests, pb_requests):
+                if response is None or pb_request._sender is not None:
+                    # the model used the response sender, or answers this request later
+                    response = self._claim(response, request, pb_request)
+                    if response is None:
+                        results.append(DEFERRED)
+                        continue
+                results.append(convert(response, request, pb_request))
+            return results
         except Exception as exc:
-            raise self._failure(exc) from None
+            return self._failed(exc, requests, pb_requests)
+
+    def arm_late(self) -> None:
+        """The batch's result went out: the deferred requests' responses may follow it
+        (those sent meanwhile leave now)."""
+        late, self._late = self._late, []
+        for one in late:
+            one.arm()
+
+    def _claim(self, response: Any, request: Any, pb_request: Any) -> Any:
+        """An ordinary model's response to ``request``: the one execute returned, else the
+        one its response sender sent during execute; None when it comes later (the request
+        is deferred). Raises Triton's error for a second response."""
+        sender = pb_request._sender
+        if sender is None:
+            return self._defer(request, pb_request, None)
+        with sender._lock:
+            if response is not None:
+                if sender._sent:
+                    raise pb_utils.TritonModelException(
+                        "Unable to send response. Non-decoupled model cannot send more than "
+                        "one response.")
+                sender._sent = sender._closed = True
+                return response
+            if sender._response is not None:
+                return sender._response
+            if sender._closed:  # cannot happen: a final flag needs a response first
+                raise _ContractError("Expected an 'InferenceResponse' object in the execute "
+                                     "function return list, found type '<class "
+                                     "'NoneType'>'.")
+            return self._defer(request, pb_request, sender)
+
+    def _defer(self, request: Any, pb_request: Any, sender: Any) -> None:
+        """Execute returned None for ``request`` and nothing was sent: its response may be
+        sent later, from any thread (Triton allows it)."""
+        if not self.late_responses:
+            raise _ContractError("Expected an 'InferenceResponse' object in the execute "
+                                 "function return list, found type '<class 'NoneType'>' (an "
+                                 "in-process model cannot send a request's response after "
+                                 "execute returned; EXECUTION_MODE isolated can)")
+        late = _Late(self, request)
+        pb_request._late = late
+        if sender is not None:
+            sender._late = late
+        self._late.append(late)
+        return None
+
+    def _failed(self, exc: Exception, requests: Sequence[Any], pb_requests: list[Any]
+                ) -> list[Result]:
+        """Execute failed: as in Triton, every sender closes, a request whose response was
+        sent already keeps it, the others get the error. Raises :class:`BatchFailure` when
+        no response was sent (the usual case: the batch fails as a whole)."""
+        failure = self._failure(exc)
+        for late in self._late:
+            late.done = True  # their requests get the error
+        self._late = []
+        sent = []
+        for pb_request in pb_requests:
+            sender = pb_request._sender
+            if sender is not None:
+                sender._closed = True
+                sent.append(sender._response)
+            else:
+                sent.append(None)
+        if not any(response is not None for response in sent):
+            raise failure
+        pb_utils.Logger.log_error(failure.message)
+        error: Result = ([], None, (failure.status, failure.message))
+        return [error if response is None else self._convert(response, request, pb_request)
+                for response, request, pb_request in zip(sent, requests, pb_requests)]
 
     def _without_cancelled(self, requests: Sequence[Any]) -> list[Result]:
         cancelled = [r.cancellation is not None and r.cancellation.cancelled for r in requests]
@@ -311,9 +399,9 @@ class ModelRunner:
         execute``, run to completion on this instance's own event loop) or None (the
         responses went through response senders)."""
         if asyncio.iscoroutine(returned):
-            if self._loop is None:
-                self._loop = asyncio.new_event_loop()
-            returned = self._loop.run_until_complete(returned)
+            # On the instance's background loop, as Triton's stub runs it: tasks the
+            # coroutine starts go on running after it returned (a late response)
+            returned = self._background().run(returned, self.version_dir)
             if type(returned) is list:
                 return returned
         if returned is None:
@@ -404,6 +492,11 @@ class _BackgroundExecutes:
                                        name=f"naiad-async-execute-{instance_name}")
         self.thread.start()
 
+    def run(self, coroutine: Any, model_dir: str) -> Any:
+        """Run an ordinary model's ``async def execute`` there and wait for its result."""
+        return asyncio.run_coroutine_threadsafe(_in_model(coroutine, model_dir),
+                                                self.loop).result()
+
     def submit(self, coroutine: Any, pb_requests: list[Any]) -> None:
         future = asyncio.run_coroutine_threadsafe(coroutine, self.loop)
         future.add_done_callback(lambda done: self._done(done, pb_requests))
@@ -441,6 +534,65 @@ class _BackgroundExecutes:
         self.thread.join(timeout)
         if not self.thread.is_alive():
             self.loop.close()
+
+
+async def _in_model(coroutine: Any, model_dir: str) -> Any:
+    _thread_state.model_dir = model_dir  # for pb_utils.get_model_dir() on the loop's thread
+    return await coroutine
+
+
+class _Late:
+    """The response of an ordinary model's request that execute returned None for: sent
+    later through the response sender, from any thread (Triton allows it), it leaves through
+    the runner's ``emit``, final, once the batch's result went out (:meth:`arm`). A request
+    the model lets go of without a response gets an error, instead of waiting forever."""
+
+    __slots__ = ("armed", "done", "held", "lock", "request", "runner")
+
+    def __init__(self, runner: ModelRunner, request: Any) -> None:
+        self.runner = runner
+        self.request = request
+        self.lock = threading.Lock()
+        self.armed = False
+        self.done = False
+        self.held: Result | None = None
+
+    def send(self, response: Any) -> None:
+        try:
+            result = self.runner._convert(response, self.request, None)
+        except _ContractError as exc:
+            raise pb_utils.TritonModelException(str(exc)) from None
+        with self.lock:
+            self.done = True
+            if not self.armed:
+                self.held = result
+                return
+        self._emit(result)
+
+    def arm(self) -> None:
+        with self.lock:
+            self.armed = True
+            held, self.held = self.held, None
+        if held is not None:
+            self._emit(held)
+
+    def _emit(self, result: Result) -> None:
+        emit = self.runner.emit
+        if emit is not None:
+            emit(self.request, result, True)
+
+    def __del__(self) -> None:
+        if self.done or not self.armed:
+            return
+        self.done = True
+        runner = self.runner
+        try:
+            self._emit(([], None, ("INTERNAL", (
+                f"model '{runner.model_name}': execute returned None for request "
+                f"'{getattr(self.request, 'id', '')}' and the model let go of it without "
+                f"sending its response"))))
+        except Exception:  # the worker is ending
+            pass
 
 
 async def _drain() -> None:

@@ -272,6 +272,7 @@ class InferenceRequest:
         "_correlation_id",
         "_flags",
         "_inputs",
+        "_late",
         "_model_name",
         "_model_version",
         "_output_names",
@@ -396,7 +397,14 @@ class InferenceRequest:
         other models (which then return None from ``execute``)."""
         sender = self._sender
         if sender is None:
-            sender = self._sender = InferenceResponseSender(cancelled=self.is_cancelled)
+            # not self.is_cancelled: a sender that refers back to its request makes a
+            # cycle, and a late request let go of unanswered must be freed at once (see
+            # naiad_stub_runner._Late)
+            cancellation = getattr(self._source, "cancellation", None)
+            sender = self._sender = InferenceResponseSender(
+                cancelled=None if cancellation is None else lambda: cancellation.cancelled)
+            # execute returned without this request's response: it may still be sent
+            sender._late = getattr(self, "_late", None)
         return sender
 
     def is_cancelled(self) -> bool:
@@ -503,42 +511,61 @@ class InferenceResponseSender:
 
     For a decoupled model, any number of responses from any thread, during ``execute`` or
     after it returned, the last with ``TRITONSERVER_RESPONSE_COMPLETE_FINAL``; they reach
-    the client as they are sent. For other models, one response, final, which stands for
-    ``execute``'s return value (execute then returns None), as in Triton.
+    the client as they are sent. For other models, exactly one response, with the final flag
+    or followed by it, during ``execute`` (it then stands for execute's return value: execute
+    returns None for that request) or after execute returned None for the request (it
+    reaches the client when sent), as in Triton; Triton's errors for a second response or a
+    final flag before any response.
     """
 
-    __slots__ = ("_cancelled", "_closed", "_emit", "_lock", "_response")
+    __slots__ = ("_cancelled", "_closed", "_emit", "_late", "_lock", "_response", "_sent")
 
     def __init__(self, emit: Callable[[InferenceResponse | None, bool], None] | None = None,
                  cancelled: Callable[[], bool] | None = None) -> None:
         # emit(response, final): the execution mode's way to the client (decoupled models);
-        # None: the one response is kept for execute's return.
+        # None: an ordinary model's one response, kept for execute's return.
         self._emit = emit
         self._cancelled = cancelled
         self._response: InferenceResponse | None = None
         self._closed = False
+        self._sent = False  # an ordinary model's one response was sent (or returned)
+        # An ordinary model's request that execute returned None for: late(response) sends
+        # its response on its own (the runner sets it); None during execute.
+        self._late: Any = None
         self._lock = threading.Lock()
 
     def send(self, response: InferenceResponse | None = None, flags: int = 0) -> None:
-        final = bool(flags & TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+        if flags not in (0, TRITONSERVER_RESPONSE_COMPLETE_FINAL):
+            raise TritonModelException("Unable to send response. Unsupported flag provided.")
+        final = flags == TRITONSERVER_RESPONSE_COMPLETE_FINAL
         if response is not None and not isinstance(response, InferenceResponse):
             raise TypeError(f"send(): response must be an InferenceResponse, "
                             f"not {type(response).__name__}")
+        if response is None and not final:
+            raise TritonModelException("Inference Response object must be provided when the "
+                                       "response flags is set to zero.")
         with self._lock:
-            if self._closed:
-                raise TritonModelException("Unable to send response. Response sender has "
-                                           "been closed.")
-            if self._emit is None:  # an ordinary model: one response, final
-                if response is None:
-                    raise TritonModelException(
-                        "Unable to send response. Non-decoupled model cannot send complete "
-                        "final before sending a response.")
-                if not final:
+            if self._emit is None:  # an ordinary model: one response, then the final flag
+                if response is not None and self._sent:
                     raise TritonModelException(
                         "Unable to send response. Non-decoupled model cannot send more than "
                         "one response.")
-                self._response = response
-            elif response is not None or final:
+                if response is None and not self._sent:
+                    raise TritonModelException(
+                        "Unable to send response. Non-decoupled model cannot send complete "
+                        "final before sending a response.")
+            if self._closed:
+                raise TritonModelException("Unable to send response. Response sender has "
+                                           "been closed.")
+            if self._emit is None:
+                if response is not None:
+                    late = self._late
+                    if late is not None:  # execute returned: it goes to the client now
+                        late.send(response)
+                    else:
+                        self._response = response
+                    self._sent = True
+            else:
                 self._emit(response, final)
             self._closed = final
 
