@@ -10,16 +10,22 @@ disagree on a datatype name, a batch split or a version folder.
 - datatypes: :data:`NUMPY_DTYPES`, :func:`config_to_datatype`, :func:`datatype_to_config`;
 - batches: :func:`batch_sizes`, :func:`merge_inputs`, :func:`split_outputs`;
 - model folders: :func:`version_folders`, :func:`newest_version_file`, :func:`model_file_path`;
-- configs: :func:`config_to_json`; messages: :func:`format_shape`; devices: :func:`gpu_count`.
+- configs: :func:`config_to_json`; messages: :func:`format_shape`; devices: :func:`gpu_count`;
+- CPU-only backends and what a backend leaves out: :func:`run_auto_groups_on_cpu`,
+  :func:`refuse_unsupported_features`.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
+
+from tritonclient.grpc.model_config_pb2 import ModelConfig, ModelInstanceGroup
 
 from naiad.batching import batch_sizes, merge_inputs, split_outputs
 from naiad.config.render import config_to_json
 from naiad.datatypes import NUMPY_DTYPES, config_to_datatype, datatype_to_config, format_shape
+from naiad.errors import unsupported
 from naiad.gpus import gpu_count
 from naiad.models.paths import inside_folder
 from naiad.repository.scan import available_versions
@@ -35,6 +41,8 @@ __all__ = [
     "merge_inputs",
     "model_file_path",
     "newest_version_file",
+    "refuse_unsupported_features",
+    "run_auto_groups_on_cpu",
     "split_outputs",
     "version_folders",
 ]
@@ -71,3 +79,42 @@ def newest_version_file(model_dir: Path, filename: str) -> Path | None:
         if path.is_file():
             return path
     return None
+
+
+def run_auto_groups_on_cpu(config: ModelConfig, model_name: str) -> list[str]:
+    """For a backend that runs on the CPU only, from its ``auto_complete_config``: instance
+    groups of ``KIND_AUTO`` (the default) become ``KIND_CPU``, and a config without groups
+    gets one CPU group named after the model (as the server names the implicit group),
+    before the core would place them on a GPU where there is one. An explicit ``KIND_GPU``
+    is left for the backend to refuse at load. Returns ``["instance_group"]`` when it
+    changed the config (what ``auto_complete_config`` reports as filled), else ``[]``."""
+    groups = [g for g in config.instance_group if g.kind == ModelInstanceGroup.KIND_AUTO]
+    for group in groups:
+        group.kind = ModelInstanceGroup.KIND_CPU
+    if not config.instance_group and config.platform != "ensemble":
+        config.instance_group.add(name=config.name or model_name,
+                                  kind=ModelInstanceGroup.KIND_CPU)
+        groups.append(config.instance_group[0])
+    return ["instance_group"] if groups else []
+
+
+def refuse_unsupported_features(config: ModelConfig, model_name: str, backend_name: str,
+                                more: Mapping[str, bool] | None = None) -> None:
+    """Raise UNSUPPORTED naming every configuration feature in use that a backend must
+    implement itself and ``backend_name``'s does not, rather than load a model whose
+    config would be silently ignored: ``batch_input``, ``batch_output``, sequence batching's
+    control inputs and state, ``allow_ragged_batch``, decoupled mode, and ``more`` (each
+    further feature's description -> whether ``config`` uses it)."""
+    features = {
+        "batch_input": bool(config.batch_input),
+        "batch_output": bool(config.batch_output),
+        "sequence_batching control inputs": bool(config.sequence_batching.control_input),
+        "sequence_batching state": bool(config.sequence_batching.state),
+        "allow_ragged_batch": any(t.allow_ragged_batch for t in config.input),
+        "decoupled mode": config.model_transaction_policy.decoupled,
+        **(more or {}),
+    }
+    used = [feature for feature, present in features.items() if present]
+    if used:
+        raise unsupported(f"model '{model_name}' uses {', '.join(used)}, which naiad's "
+                          f"{backend_name} backend does not support")

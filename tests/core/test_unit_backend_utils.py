@@ -48,3 +48,42 @@ def test_newest_version_file_skips_versions_without_it(tmp_path):
     assert newest_version_file(tmp_path, "model.plan") == tmp_path / "3" / "model.plan"
     assert newest_version_file(tmp_path, "other.plan") is None
     assert newest_version_file(tmp_path / "missing", "model.plan") is None
+
+
+def test_auto_groups_run_on_the_cpu_and_explicit_ones_are_left():
+    from google.protobuf import text_format
+    from tritonclient.grpc.model_config_pb2 import ModelConfig, ModelInstanceGroup
+
+    from naiad.backend_utils import run_auto_groups_on_cpu
+
+    bare = ModelConfig(name="m")
+    assert run_auto_groups_on_cpu(bare, "m") == ["instance_group"]
+    assert [(g.name, g.kind) for g in bare.instance_group] == [
+        ("m", ModelInstanceGroup.KIND_CPU)]
+    mixed = text_format.Parse('instance_group [ { count: 2 }, { kind: KIND_GPU } ]',
+                              ModelConfig(name="m"))
+    assert run_auto_groups_on_cpu(mixed, "m") == ["instance_group"]
+    assert [g.kind for g in mixed.instance_group] == [ModelInstanceGroup.KIND_CPU,
+                                                      ModelInstanceGroup.KIND_GPU]
+    assert run_auto_groups_on_cpu(mixed, "m") == []  # nothing left to change
+    ensemble = ModelConfig(name="e", platform="ensemble")
+    assert run_auto_groups_on_cpu(ensemble, "e") == [] and not ensemble.instance_group
+
+
+def test_unsupported_features_are_refused_by_name():
+    import pytest
+    from google.protobuf import text_format
+    from tritonclient.grpc.model_config_pb2 import ModelConfig
+
+    from naiad.backend_utils import refuse_unsupported_features
+    from naiad.errors import InferenceServerError, Status
+
+    refuse_unsupported_features(ModelConfig(name="m"), "m", "x", {"y": False})
+    used = text_format.Parse(
+        'model_transaction_policy { decoupled: true } '
+        'input [ { name: "I" allow_ragged_batch: true } ]', ModelConfig(name="m"))
+    with pytest.raises(InferenceServerError) as refused:
+        refuse_unsupported_features(used, "m", "openvino", {"XLA": True})
+    assert refused.value.status is Status.UNSUPPORTED
+    assert str(refused.value) == ("model 'm' uses allow_ragged_batch, decoupled mode, XLA, "
+                                  "which naiad's openvino backend does not support")

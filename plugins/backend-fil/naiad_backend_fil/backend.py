@@ -17,7 +17,11 @@ from pathlib import Path
 import treelite
 from tritonclient.grpc.model_config_pb2 import DataType, ModelConfig, ModelInstanceGroup
 
-from naiad.backend_utils import model_file_path
+from naiad.backend_utils import (
+    model_file_path,
+    refuse_unsupported_features,
+    run_auto_groups_on_cpu,
+)
 from naiad.errors import invalid_arg, unsupported
 from naiad.types import Backend, InstanceInfo, ModelContext
 from naiad_backend_fil.forest import Forest, ForestInfo, describe, load
@@ -56,7 +60,9 @@ class FilBackend(Backend):
         if instance.kind == "KIND_GPU":
             raise unsupported(f"model '{name}': instance group asks for KIND_GPU; naiad's fil "
                               f"backend predicts on the CPU only (use KIND_CPU)")
-        check_supported(config, name)
+        # FIL has no sequence batching at all (Triton's FIL backend refuses it too).
+        refuse_unsupported_features(config, name, self.name, {
+            "sequence_batching": config.HasField("sequence_batching")})
         parameters = parse(config, name)
         filename = config.default_model_filename or MODEL_FILENAMES[parameters.model_type]
         path = model_file_path(context.version_dir, filename, name)
@@ -72,21 +78,6 @@ class FilBackend(Backend):
                  nthread, "" if nthread == 1 else "s")
         return FilModelInstance(Forest(model, info, parameters, nthread), context,
                                 instance, output_dims)
-
-
-def check_supported(config: ModelConfig, model_name: str) -> None:
-    """Refuse configuration features FIL does not have, rather than ignoring them."""
-    features = {
-        "batch_input": bool(config.batch_input),
-        "batch_output": bool(config.batch_output),
-        "sequence_batching": config.HasField("sequence_batching"),
-        "decoupled mode": config.model_transaction_policy.decoupled,
-        "allow_ragged_batch": any(t.allow_ragged_batch for t in config.input),
-    }
-    used = [feature for feature, present in features.items() if present]
-    if used:
-        raise unsupported(f"model '{model_name}' uses {', '.join(used)}, which the fil "
-                          f"backend does not support")
 
 
 def check_tensors(config: ModelConfig, info: ForestInfo, parameters: FilParameters,
@@ -156,18 +147,3 @@ def available_cpus() -> int:
         return len(os.sched_getaffinity(0)) or 1
     except (AttributeError, OSError):
         return os.cpu_count() or 1
-
-
-def run_auto_groups_on_cpu(config: ModelConfig, model_name: str) -> list[str]:
-    """This backend runs on the CPU only: an instance group of ``KIND_AUTO`` (the default)
-    becomes ``KIND_CPU`` here, before the core would place it on a GPU where there is one. An
-    explicit ``KIND_GPU`` is still refused at load."""
-    groups = [g for g in config.instance_group if g.kind == ModelInstanceGroup.KIND_AUTO]
-    for group in groups:
-        group.kind = ModelInstanceGroup.KIND_CPU
-    if not config.instance_group and config.platform != "ensemble":
-        # Named as the server names the implicit group: after the model.
-        config.instance_group.add(name=config.name or model_name,
-                                  kind=ModelInstanceGroup.KIND_CPU)
-        groups.append(config.instance_group[0])
-    return ["instance_group"] if groups else []

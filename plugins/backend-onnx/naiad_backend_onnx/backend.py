@@ -14,8 +14,7 @@ from pathlib import Path
 import onnxruntime as ort
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
-from naiad.backend_utils import version_folders
-from naiad.errors import unsupported
+from naiad.backend_utils import refuse_unsupported_features, version_folders
 from naiad.types import Backend, InstanceInfo, ModelContext
 from naiad_backend_onnx.autocomplete import complete_config, needs_graph
 from naiad_backend_onnx.instance import OnnxModelInstance
@@ -65,7 +64,9 @@ class OnnxBackend(Backend):
                         ) -> OnnxModelInstance:
         config = context.config
         name = context.name
-        check_supported(config, name)
+        refuse_unsupported_features(config, name, self.name, {
+            "model_operations (custom operator libraries)": bool(
+                config.model_operations.op_library_filename)})
         settings = session_settings(config, name, self.settings)
         providers = select_providers(config, name, instance, ort.get_available_providers())
         path = model_path(context.version_dir, config.default_model_filename, name)
@@ -96,25 +97,6 @@ class OnnxBackend(Backend):
                  options.inter_op_num_threads, options.execution_mode.name,
                  options.graph_optimization_level.name)
         return loaded
-
-
-def check_supported(config: ModelConfig, model_name: str) -> None:
-    """Refuse configuration features this backend does not implement, rather than ignoring
-    them."""
-    features = {
-        "batch_input": bool(config.batch_input),
-        "batch_output": bool(config.batch_output),
-        "sequence_batching control inputs": bool(config.sequence_batching.control_input),
-        "sequence_batching state": bool(config.sequence_batching.state),
-        "allow_ragged_batch": any(t.allow_ragged_batch for t in config.input),
-        "model_operations (custom operator libraries)": bool(
-            config.model_operations.op_library_filename),
-        "decoupled mode": config.model_transaction_policy.decoupled,
-    }
-    used = [feature for feature, present in features.items() if present]
-    if used:
-        raise unsupported(f"model '{model_name}' uses {', '.join(used)}, which naiad's "
-                          f"onnxruntime backend does not support yet")
 
 
 def newest_model_file(config: ModelConfig, model_dir: Path) -> Path | None:

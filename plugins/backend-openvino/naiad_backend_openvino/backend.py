@@ -15,9 +15,14 @@ import logging
 from pathlib import Path
 
 import openvino as ov
-from tritonclient.grpc.model_config_pb2 import ModelConfig, ModelInstanceGroup
+from tritonclient.grpc.model_config_pb2 import ModelConfig
 
-from naiad.backend_utils import model_file_path, newest_version_file
+from naiad.backend_utils import (
+    model_file_path,
+    newest_version_file,
+    refuse_unsupported_features,
+    run_auto_groups_on_cpu,
+)
 from naiad.errors import invalid_arg, unsupported
 from naiad.types import Backend, InstanceInfo, ModelContext
 from naiad_backend_openvino.autocomplete import complete_config
@@ -63,7 +68,7 @@ class OpenVinoBackend(Backend):
 
     def auto_complete_config(self, config: ModelConfig, model_dir: Path) -> list[str]:
         name = config.name or model_dir.name
-        filled = run_auto_groups_on_cpu(config, config.name or model_dir.name)
+        filled = run_auto_groups_on_cpu(config, name)
         path = newest_version_file(model_dir, config.default_model_filename or MODEL_FILENAME)
         if path is None:  # the load reports the missing file
             return filled
@@ -76,7 +81,7 @@ class OpenVinoBackend(Backend):
         if instance.kind == "KIND_GPU":
             raise unsupported(f"model '{name}': instance group asks for KIND_GPU; naiad's "
                               f"openvino backend supports only the CPU device (as Triton's)")
-        check_supported(config, name)
+        refuse_unsupported_features(config, name, self.name)
         parameters = parse(config, name)
         path = model_file_path(context.version_dir,
                                config.default_model_filename or MODEL_FILENAME, name)
@@ -114,34 +119,3 @@ def share_key(context: ModelContext, path: Path) -> tuple[object, ...]:
         file_tag = (0, 0)
     return (context.name, context.version, str(path), file_tag,
             context.config.SerializeToString(deterministic=True))
-
-
-def check_supported(config: ModelConfig, model_name: str) -> None:
-    """Refuse configuration features this backend does not implement."""
-    features = {
-        "batch_input": bool(config.batch_input),
-        "batch_output": bool(config.batch_output),
-        "sequence_batching control inputs": bool(config.sequence_batching.control_input),
-        "sequence_batching state": bool(config.sequence_batching.state),
-        "allow_ragged_batch": any(t.allow_ragged_batch for t in config.input),
-        "decoupled mode": config.model_transaction_policy.decoupled,
-    }
-    used = [feature for feature, present in features.items() if present]
-    if used:
-        raise unsupported(f"model '{model_name}' uses {', '.join(used)}, which naiad's "
-                          f"openvino backend does not support")
-
-
-def run_auto_groups_on_cpu(config: ModelConfig, model_name: str) -> list[str]:
-    """This backend runs on the CPU only: an instance group of ``KIND_AUTO`` (the default)
-    becomes ``KIND_CPU`` here, before the core would place it on a GPU where there is one. An
-    explicit ``KIND_GPU`` is still refused at load."""
-    groups = [g for g in config.instance_group if g.kind == ModelInstanceGroup.KIND_AUTO]
-    for group in groups:
-        group.kind = ModelInstanceGroup.KIND_CPU
-    if not config.instance_group and config.platform != "ensemble":
-        # Named as the server names the implicit group: after the model.
-        config.instance_group.add(name=config.name or model_name,
-                                  kind=ModelInstanceGroup.KIND_CPU)
-        groups.append(config.instance_group[0])
-    return ["instance_group"] if groups else []

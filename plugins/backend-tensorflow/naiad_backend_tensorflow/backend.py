@@ -14,9 +14,14 @@ import threading
 from pathlib import Path
 
 import tensorflow as tf
-from tritonclient.grpc.model_config_pb2 import ModelConfig, ModelInstanceGroup
+from tritonclient.grpc.model_config_pb2 import ModelConfig
 
-from naiad.backend_utils import model_file_path, version_folders
+from naiad.backend_utils import (
+    model_file_path,
+    refuse_unsupported_features,
+    run_auto_groups_on_cpu,
+    version_folders,
+)
 from naiad.errors import unsupported
 from naiad.types import Backend, InstanceInfo, ModelContext
 from naiad_backend_tensorflow.autocomplete import complete_config
@@ -69,7 +74,13 @@ class TensorFlowBackend(Backend):
         if instance.kind == "KIND_GPU":
             raise unsupported(f"model '{name}': instance group asks for KIND_GPU; naiad's "
                               f"tensorflow backend runs models on the CPU only (use KIND_CPU)")
-        check_supported(config, name)
+        refuse_unsupported_features(config, name, self.name, {
+            "GPU execution accelerators (TF-TRT, auto mixed precision)": bool(
+                config.optimization.execution_accelerators.gpu_execution_accelerator),
+            "CPU execution accelerators": bool(
+                config.optimization.execution_accelerators.cpu_execution_accelerator),
+            "optimization { graph { level } } (XLA)": config.optimization.graph.level != 0,
+        })
         platform = config.platform or SAVEDMODEL
         settings = model_settings(config, name)
         path = model_file_path(context.version_dir,
@@ -104,39 +115,3 @@ class TensorFlowBackend(Backend):
                 return
             del self._sessions[key]
         model.close()
-
-
-def check_supported(config: ModelConfig, model_name: str) -> None:
-    """Refuse what naiad's tensorflow backend does not do, rather than ignoring it."""
-    features = {
-        "GPU execution accelerators (TF-TRT, auto mixed precision)": bool(
-            config.optimization.execution_accelerators.gpu_execution_accelerator),
-        "CPU execution accelerators": bool(
-            config.optimization.execution_accelerators.cpu_execution_accelerator),
-        "optimization { graph { level } } (XLA)": config.optimization.graph.level != 0,
-        "batch_input": bool(config.batch_input),
-        "batch_output": bool(config.batch_output),
-        "sequence_batching control inputs": bool(config.sequence_batching.control_input),
-        "sequence_batching state": bool(config.sequence_batching.state),
-        "allow_ragged_batch": any(t.allow_ragged_batch for t in config.input),
-        "decoupled mode": config.model_transaction_policy.decoupled,
-    }
-    used = [feature for feature, present in features.items() if present]
-    if used:
-        raise unsupported(f"model '{model_name}' uses {', '.join(used)}, which naiad's "
-                          f"tensorflow backend does not support")
-
-
-def run_auto_groups_on_cpu(config: ModelConfig, model_name: str) -> list[str]:
-    """This backend runs on the CPU only: an instance group of ``KIND_AUTO`` (the default)
-    becomes ``KIND_CPU`` here, before the core would place it on a GPU where there is one. An
-    explicit ``KIND_GPU`` is still refused at load."""
-    groups = [g for g in config.instance_group if g.kind == ModelInstanceGroup.KIND_AUTO]
-    for group in groups:
-        group.kind = ModelInstanceGroup.KIND_CPU
-    if not config.instance_group and config.platform != "ensemble":
-        # Named as the server names the implicit group: after the model.
-        config.instance_group.add(name=config.name or model_name,
-                                  kind=ModelInstanceGroup.KIND_CPU)
-        groups.append(config.instance_group[0])
-    return ["instance_group"] if groups else []
