@@ -12,10 +12,13 @@ miss adds its lookup and insert time to ``cache_miss``.
 
 The key is a digest of the model name, version, every input's name, datatype, shape and
 bytes, the outputs the request asks for, and the request parameters a model can read
-(:data:`SERVING_PARAMETERS` steer the serving only, and are left out). Triton leaves the
-requested outputs out of its key and answers a hit with every output of the first
-response; naiad keys them, so a model that computes only what was asked is never answered
-with a response that lacks an output.
+(:data:`SERVING_PARAMETERS` steer the serving only, and are left out). A request that names
+every output of the model asks for what one that names none asks for: the two share a key,
+as in Triton. Triton leaves the requested outputs (and the parameters) out of its key
+altogether and answers a hit with the outputs of the first response, whatever the second
+asked for (``tests/compat/test_compat_cache_key.py`` shows each case against Triton 2.51);
+naiad keys a subset of the outputs, so a hit is never missing an output it was asked for
+nor carries one it was not.
 """
 
 from __future__ import annotations
@@ -49,8 +52,10 @@ _HEADER_LENGTH = struct.Struct("<I")
 _DIGEST_BYTES = 32
 
 
-def request_key(request: InferenceRequest, version: int) -> bytes:
-    """The cache key of ``request`` to version ``version`` of its model."""
+def request_key(request: InferenceRequest, version: int,
+                model_outputs: frozenset[str] = frozenset()) -> bytes:
+    """The cache key of ``request`` to version ``version`` of its model, whose
+    configuration lists ``model_outputs`` (naming all of them is naming none)."""
     digest = hashlib.blake2b(digest_size=_DIGEST_BYTES)
     update = digest.update
     update(f"{request.model_name}\0{version}\0".encode())
@@ -60,8 +65,12 @@ def request_key(request: InferenceRequest, version: int) -> bytes:
         raw = to_raw(tensor)
         update(struct.pack("<Q", len(raw)))
         update(raw)
-    wanted = request.requested_outputs
-    update(b"*" if wanted is None else repr(sorted(o.name for o in wanted)).encode())
+    wanted = (None if request.requested_outputs is None
+              else {output.name for output in request.requested_outputs})
+    if wanted is None or (model_outputs and wanted == model_outputs):
+        update(b"*")
+    else:
+        update(repr(sorted(wanted)).encode())
     readable = sorted((k, v) for k, v in request.parameters.items()
                       if k not in SERVING_PARAMETERS)
     if readable:
@@ -127,10 +136,12 @@ class ServerCache:
                                                thread_name_prefix="naiad-cache")
                             if cache.blocking else None)
 
-    def wrap(self, scheduler: Scheduler, version: int, stats: ModelStats) -> Scheduler:
-        """``scheduler`` of a model version with ``response_cache { enable: true }``,
-        behind the cache."""
-        return CachedScheduler(scheduler, self.cache, version, stats, self._io_threads)
+    def wrap(self, scheduler: Scheduler, version: int, stats: ModelStats,
+             outputs: frozenset[str] = frozenset()) -> Scheduler:
+        """``scheduler`` of a model version with ``response_cache { enable: true }`` (and
+        the output names of its configuration), behind the cache."""
+        return CachedScheduler(scheduler, self.cache, version, stats, self._io_threads,
+                               outputs)
 
     def close(self) -> None:
         """At shutdown, once no request runs: finish pending inserts, then close the cache."""
@@ -152,8 +163,10 @@ class CachedScheduler(Scheduler):
     """
 
     def __init__(self, inner: Scheduler, cache: ResponseCache, version: int,
-                 stats: ModelStats, io_threads: ThreadPoolExecutor | None) -> None:
+                 stats: ModelStats, io_threads: ThreadPoolExecutor | None,
+                 outputs: frozenset[str] = frozenset()) -> None:
         self.inner = inner
+        self.outputs = outputs
         self.cache = cache
         self.version = version
         self.stats = stats
@@ -162,7 +175,7 @@ class CachedScheduler(Scheduler):
 
     def submit(self, request: InferenceRequest) -> Future[InferenceResponse]:
         start = time.perf_counter_ns()
-        key = request_key(request, self.version)
+        key = request_key(request, self.version, self.outputs)
         if self.io_threads is None:
             hit = self._lookup(request, key, start)
             if hit is not None:

@@ -90,6 +90,15 @@ def test_requested_outputs_are_keyed_whatever_their_order() -> None:
     assert request_key(one, 1) != request_key(request(), 1)
 
 
+def test_naming_every_output_of_the_model_is_naming_none() -> None:
+    # Triton keys both requests once (tests/compat/test_compat_cache_key.py); a subset differs.
+    outputs = frozenset({"OUTPUT0", "OUTPUT1"})
+    every = request(requested_outputs=[RequestedOutput("OUTPUT1"), RequestedOutput("OUTPUT0")])
+    some = request(requested_outputs=[RequestedOutput("OUTPUT0")])
+    assert request_key(every, 1, outputs) == request_key(request(), 1, outputs)
+    assert request_key(some, 1, outputs) != request_key(request(), 1, outputs)
+
+
 def test_input_order_does_not_matter() -> None:
     one, two = request(), request()
     two.inputs = dict(reversed(list(two.inputs.items())))

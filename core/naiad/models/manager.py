@@ -578,7 +578,8 @@ class ModelManager:
             raise InferenceServerError(f"model '{name}': scheduler failed: {exc}",
                                        Status.INTERNAL) from exc
         if config.response_cache.enable:
-            scheduler = self._behind_cache(name, version, scheduler, stats)
+            scheduler = self._behind_cache(name, version, scheduler, stats,
+                                           frozenset(output.name for output in config.output))
         decoupled = config.model_transaction_policy.decoupled
         return ModelVersion(name, version, config, ModelSignature(name, config), scheduler,
                             context, stats, config_json, decoupled=decoupled,
@@ -587,7 +588,7 @@ class ModelManager:
                             metrics=metrics)
 
     def _behind_cache(self, name: str, version: int, scheduler: Scheduler,
-                      stats: ModelStats) -> Scheduler:
+                      stats: ModelStats, outputs: frozenset[str]) -> Scheduler:
         """A version with ``response_cache { enable: true }``: its scheduler behind the
         server's cache. Without one Triton serves the model uncached and says nothing;
         naiad says so once per load."""
@@ -596,4 +597,4 @@ class ModelManager:
                         "no response cache (--cache-config): every request runs the model",
                         name, version)
             return scheduler
-        return self.response_cache.wrap(scheduler, version, stats)
+        return self.response_cache.wrap(scheduler, version, stats, outputs)
