@@ -32,7 +32,11 @@ from naiad_backend_python.isolated.instance import IsolatedInstance
 from naiad_backend_python.isolated.metrics import MetricsHandler
 from naiad_backend_python.isolated.process import Launch, WorkerProcess
 from naiad_backend_python.metrics import DirectMetrics
-from naiad_backend_python.settings import IN_PROCESS, PythonBackendSettings
+from naiad_backend_python.settings import (
+    EXECUTE_TIMEOUT_PARAMETER,
+    IN_PROCESS,
+    PythonBackendSettings,
+)
 from naiad_backend_python.stub import naiad_stub_metrics as stub_metrics
 from naiad_backend_python.stub import naiad_stub_runner as runner
 
@@ -134,13 +138,29 @@ class PythonBackend(Backend):
                                       context.version, name)
         outputs = [output.name for output in config.output]
         if self.settings.mode_of(config) == IN_PROCESS:
+            self._no_timeout_in_process(config)
             # The instance's thread (this one) makes its model's metric families.
             stub_metrics.use(DirectMetrics(context.metrics, instance.name))
             return InProcessInstance(str(model_file), args, outputs, context.server)
         init = {"op": "init", "model_file": str(model_file), "args": args, "outputs": outputs}
         return IsolatedInstance(self._launch(name, context.model_dir, config), init, name,
-                                instance.name, self.settings, context.loop, context.server,
+                                instance.name, self.settings.for_model(config), context.loop,
+                                context.server,
                                 {"metric": MetricsHandler(context.metrics, instance.name).handle})
+
+    def _no_timeout_in_process(self, config: ModelConfig) -> None:
+        """An execute timeout ends a worker process; a thread in the server cannot be
+        stopped. A model that asks for both is refused; the server-wide setting does not
+        apply to in-process models, and the log says so."""
+        if EXECUTE_TIMEOUT_PARAMETER in config.parameters and \
+                self.settings.for_model(config).execute_timeout_seconds:
+            raise invalid_arg(f"model '{config.name}': parameter {EXECUTE_TIMEOUT_PARAMETER} "
+                              f"needs EXECUTION_MODE isolated (an in-process execute runs on "
+                              f"a server thread, which cannot be stopped)")
+        if self.settings.execute_timeout_seconds:
+            log.warning("model '%s' runs in-process: --backend-config python,"
+                        "execute-timeout-seconds does not apply to it (a server thread cannot "
+                        "be stopped)", config.name)
 
     def _launch(self, model_name: str, model_dir: Path, config: ModelConfig) -> Launch:
         """The interpreter and environment a worker of this model starts with."""

@@ -23,6 +23,11 @@
 ``worker-restart-delay-max-seconds``   30           ... doubling per quick crash, up to this
 ``worker-restart-stable-seconds``      60           a worker that lived this long crashed
                                                     "slowly": the delay starts over
+``execute-timeout-seconds``            0 (none)     a batch whose ``execute`` runs longer
+                                                    fails (503) and its worker is ended and
+                                                    restarted; a model's
+                                                    ``EXECUTE_TIMEOUT_SECONDS`` parameter
+                                                    overrides it (Triton has none: off)
 ``env-cache-dir``                      see below    unpacked and built environments
                                                     (``environment.default_cache_dir()``)
 ``pip-timeout-seconds``                600          the longest a requirements.txt build runs
@@ -33,7 +38,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
 from tritonclient.grpc.model_config_pb2 import ModelConfig
@@ -46,6 +51,8 @@ ISOLATED, IN_PROCESS = "isolated", "in_process"
 EXECUTION_MODES = (ISOLATED, IN_PROCESS)
 #: The model parameter that chooses a model's execution mode.
 EXECUTION_MODE_PARAMETER = "EXECUTION_MODE"
+#: The model parameter that sets a model's execute timeout (seconds; 0: none).
+EXECUTE_TIMEOUT_PARAMETER = "EXECUTE_TIMEOUT_SECONDS"
 
 
 @dataclass(frozen=True)
@@ -60,6 +67,7 @@ class PythonBackendSettings:
     worker_restart_delay_min_seconds: float = 0.5
     worker_restart_delay_max_seconds: float = 30.0
     worker_restart_stable_seconds: float = 60.0
+    execute_timeout_seconds: float = 0.0
     env_cache_dir: str = ""
     pip_timeout_seconds: float = 600.0
     env_max_unpacked_bytes: int = 16 * 1024 * MIB
@@ -106,6 +114,21 @@ class PythonBackendSettings:
             raise invalid_arg(f"model '{config.name}': parameter {EXECUTION_MODE_PARAMETER} is "
                               f"'{mode}', expected one of {', '.join(EXECUTION_MODES)}")
         return mode
+
+    def for_model(self, config: ModelConfig) -> PythonBackendSettings:
+        """These settings with the model's own ``EXECUTE_TIMEOUT_SECONDS`` (when it sets
+        one). Raises INVALID_ARG for a value that is not a number of seconds >= 0."""
+        if EXECUTE_TIMEOUT_PARAMETER not in config.parameters:
+            return self
+        text = config.parameters[EXECUTE_TIMEOUT_PARAMETER].string_value.strip()
+        try:
+            seconds = float(text)
+        except ValueError:
+            seconds = -1.0
+        if not seconds >= 0 or seconds == float("inf"):
+            raise invalid_arg(f"model '{config.name}': parameter {EXECUTE_TIMEOUT_PARAMETER} is "
+                              f"'{text}', expected a number of seconds (0: no timeout)")
+        return replace(self, execute_timeout_seconds=seconds)
 
     def cache_dir(self) -> Path:
         return Path(self.env_cache_dir) if self.env_cache_dir else default_cache_dir()

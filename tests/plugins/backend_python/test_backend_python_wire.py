@@ -75,8 +75,32 @@ def test_the_end_of_the_stream_is_peer_gone(pair):
 
 def test_a_header_over_the_limit_is_refused(pair):
     left, right = pair
-    left.sock.sendall(wire._PREFIX.pack(wire.MAX_HEADER_BYTES + 1, 0))
-    with pytest.raises(ValueError, match="over the limit"):
+    left.sock.sendall(wire._PREFIX.pack(wire.FRAME_MAGIC, wire.MAX_HEADER_BYTES + 1, 0))
+    with pytest.raises(wire.ProtocolError, match="over the limit"):
+        right.receive()
+
+
+@pytest.mark.parametrize("junk", [
+    b"\x07" * 12,  # lengths that would have the reader wait for 117 MB that never come
+    b"\x00" * 3,  # half of a prefix, then a real message
+])
+def test_bytes_that_are_not_a_message_are_a_protocol_error(pair, junk):
+    left, right = pair
+    left.sock.sendall(junk)
+    left.send({"op": "log", "message": "after the junk"})
+    with pytest.raises(wire.ProtocolError, match="do not start a message"):
+        right.receive()
+
+
+@pytest.mark.parametrize(("head", "match"), [
+    (b"{not json", "broken|Expecting"),
+    (b"[1, 2]", "not an object"),
+    (b'{"op": "x", "fds": 2}', "announces 2 descriptors"),
+])
+def test_a_header_that_cannot_be_read_is_a_protocol_error(pair, head, match):
+    left, right = pair
+    left.sock.sendall(wire._PREFIX.pack(wire.FRAME_MAGIC, len(head), 0) + head)
+    with pytest.raises(wire.ProtocolError, match=match):
         right.receive()
 
 

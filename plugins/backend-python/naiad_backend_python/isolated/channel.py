@@ -18,6 +18,7 @@ import collections
 import logging
 import os
 import threading
+import time
 import weakref
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
@@ -76,6 +77,7 @@ class _Staged(NamedTuple):
 class _Pending(NamedTuple):
     done: Done
     region: wire.Region | None  # where the batch's tensors went, if it used the region
+    started: float = 0.0  # time.monotonic() when sent, where an execute timeout is set
 
 
 class _LateBatch:
@@ -127,6 +129,13 @@ class WorkerChannel:
         # The traces of the traced requests sent, by id, while they live: a BLS call names
         # the trace of the request it is made for (InferenceRequest.trace).
         self.traces: weakref.WeakValueDictionary[int, Any] = weakref.WeakValueDictionary()
+        # on_fault(reason): the worker broke the protocol (bytes that are not a message, a
+        # header that cannot be read) or outlived the execute timeout; the process owner
+        # ends it (process.py), and the end of the stream fails what is in flight.
+        self.on_fault: Callable[[str], object] | None = None
+        # EXECUTE_TIMEOUT_SECONDS (0: none, as in Triton): see watch_execute_time.
+        self.execute_timeout_s = 0.0
+        self._last_result = 0.0  # time.monotonic() of the last result, with a timeout
 
     # --- one question, one answer (starting the worker, auto-complete) ------------------
 
@@ -147,6 +156,9 @@ class WorkerChannel:
                 if op != "log":
                     return reply
                 self._log(reply)
+        except wire.ProtocolError as exc:
+            self._fault(str(exc))
+            raise WorkerDied(f"it broke the worker protocol: {exc}") from None
         except (wire.PeerGone, OSError) as exc:
             raise WorkerDied(str(exc)) from None
 
@@ -177,7 +189,7 @@ class WorkerChannel:
             return
         buffered, fds = self.connection.detach()
         transport = LoopTransport(self.connection.sock, loop, self._handle, self._ended,
-                                  buffered, fds)
+                                  buffered, fds, self._fault)
         self._transport = transport
         self._send_frame = transport.send
         transport.start()
@@ -232,7 +244,9 @@ class WorkerChannel:
             else:
                 batch_id = self._next_id
                 self._next_id += 1
-                self._pending[batch_id] = _Pending(batch.done, region)
+                self._pending[batch_id] = (
+                    _Pending(batch.done, region, time.monotonic()) if self.execute_timeout_s
+                    else _Pending(batch.done, region))
                 if batch.watched:
                     for index, request in enumerate(batch.requests):
                         if request.sender is not None:
@@ -337,9 +351,37 @@ class WorkerChannel:
                 except Exception:  # the reader must outlive a broken message or callback
                     log.exception("model '%s' instance '%s': handling a message from the "
                                   "worker failed", self.model_name, self.instance_name)
-        except (wire.PeerGone, OSError, ValueError):
+        except ValueError as exc:  # not a message: nothing after it can be read
+            self._fault(str(exc))
+        except (wire.PeerGone, OSError):
             pass
         self._fail_pending()
+
+    def _fault(self, reason: str) -> None:
+        """The worker broke the protocol (or outlived the execute timeout): it is ended,
+        as a crash would end it, and restarted; what it had in flight fails."""
+        log.error("model '%s' instance '%s': %s; its worker process is ended and restarted",
+                  self.model_name, self.instance_name, reason)
+        on_fault = self.on_fault
+        if on_fault is not None:
+            on_fault(reason)
+
+    def watch_execute_time(self, stopped: threading.Event) -> None:
+        """With an execute timeout: until ``stopped`` or the stream ends, end the worker when
+        the oldest batch in flight has run longer than it (a thread of its own, started
+        only where the timeout is set: nothing is timed per batch otherwise)."""
+        timeout = self.execute_timeout_s
+        period = min(max(timeout / 4, 0.01), 1.0)
+        while not stopped.wait(period) and not self._gone:
+            with self._lock:
+                oldest = next(iter(self._pending.values()), None)
+            # the worker runs batches in order: the oldest started when it was sent or when
+            # the one before it ended, whichever came last
+            if oldest is not None and \
+                    time.monotonic() - max(oldest.started, self._last_result) > timeout:
+                self._fault(f"a batch ran longer than the execute timeout of {timeout:g} s "
+                            f"(EXECUTE_TIMEOUT_SECONDS)")
+                return
 
     def _handle(self, reply: dict, payload: memoryview, fds: list[int]) -> None:
         """One message from the worker (on the reader thread or the loop)."""
@@ -459,6 +501,8 @@ class WorkerChannel:
             self.calls.cancel_all()
 
     def _finished(self, reply: dict, payload: memoryview) -> None:
+        if self.execute_timeout_s:
+            self._last_result = time.monotonic()
         with self._lock:
             pending = self._pending.pop(reply.get("id"), None)  # type: ignore[arg-type]
             if self._streams and "failure" in reply:  # the core ends them with the failure

@@ -35,7 +35,6 @@ from naiad_backend_python.isolated.channel import Done, RegionPolicy, WorkerDied
 from naiad_backend_python.isolated.process import (
     Launch,
     WorkerProcess,
-    describe_exit,
     ended_message,
 )
 from naiad_backend_python.settings import PythonBackendSettings
@@ -117,12 +116,12 @@ class IsolatedInstance(ModelInstance):
             if self.worker is worker:
                 self.worker = None
                 self._reason = (f"its worker process (pid {worker.pid}) "
-                                f"{describe_exit(returncode)}; restarting")
+                                f"{worker.describe_end(returncode)}; restarting")
         return unavailable(ended_message(
             self.model_name, self.instance_name, worker.pid, returncode,
             "while executing the batch; " + ("the server is stopping it" if
                                              self._stopping.is_set() else
-                                             "the instance restarts")))
+                                             "the instance restarts"), worker.fault))
 
     def health(self) -> InstanceHealth:
         return InstanceHealth(ready=self.worker is not None and not self._stopping.is_set(),
@@ -168,7 +167,7 @@ class IsolatedInstance(ModelInstance):
             raise unavailable(ended_message(
                 self.model_name, self.instance_name, worker.pid, worker.process.returncode,
                 f"while starting (interpreter {self.launch.python}, "
-                f"{self.launch.description})")) from None
+                f"{self.launch.description})", worker.fault)) from None
         except BaseException:
             worker.kill()
             worker.reap()
@@ -180,7 +179,11 @@ class IsolatedInstance(ModelInstance):
         log.info("model '%s' instance '%s': worker process %d runs Python %s (%s)",
                  self.model_name, self.instance_name, worker.pid, reply.get("python_version"),
                  reply.get("python"))
+        worker.channel.execute_timeout_s = self.settings.execute_timeout_seconds
         worker.channel.start_reading(self.loop)
+        if worker.channel.execute_timeout_s:
+            threading.Thread(target=worker.channel.watch_execute_time, args=(self._stopping,),
+                             daemon=True, name=f"naiad-timeout-{self.instance_name}").start()
         return worker
 
     def _watch(self) -> None:
@@ -199,10 +202,10 @@ class IsolatedInstance(ModelInstance):
                 if self.worker is worker:
                     self.worker = None
                 self._reason = (f"its worker process (pid {worker.pid}) "
-                                f"{describe_exit(returncode)}; restarting")
+                                f"{worker.describe_end(returncode)}; restarting")
             log.error("model '%s' instance '%s': the worker process (pid %d) %s after %.1f s; "
                       "restarting it in %.2f s", self.model_name, self.instance_name,
-                      worker.pid, describe_exit(returncode), lived, delay)
+                      worker.pid, worker.describe_end(returncode), lived, delay)
             worker.reap()
             worker = self._restart(delay)
             delay = min(delay * 2, self.settings.worker_restart_delay_max_seconds)

@@ -83,6 +83,10 @@ class WorkerProcess:
         self.pid = self.process.pid
         self.channel = WorkerChannel(wire.Connection(parent), model_name, instance_name,
                                      regions)
+        self.channel.on_fault = self._fault
+        #: why the server ended the worker (it broke the protocol, or outlived the execute
+        #: timeout); "" when it ended by itself
+        self.fault = ""
         self._gone = threading.Event()
 
     # --- ending it ----------------------------------------------------------------------
@@ -103,6 +107,20 @@ class WorkerProcess:
             log.error("model '%s' instance '%s': finalize failed: %s", self.model_name,
                       self.instance_name, reply["error"])
         self.reap()
+
+    def _fault(self, reason: str) -> None:
+        """The worker cannot be talked to any more: end it (its supervisor restarts it, as
+        after a crash)."""
+        if not self.fault:
+            self.fault = reason
+        self.kill()
+
+    def describe_end(self, returncode: int | None) -> str:
+        """How the process ended, with the server's reason if the server ended it."""
+        text = describe_exit(returncode)
+        if self.fault:
+            text += f" by the server ({self.fault})"
+        return text
 
     def kill(self) -> None:
         """End the worker and everything it started, now."""
@@ -143,7 +161,8 @@ class WorkerProcess:
 
 
 def ended_message(model_name: str, instance_name: str, pid: int, returncode: int | None,
-                  doing: str) -> str:
+                  doing: str, fault: str = "") -> str:
+    how = describe_exit(returncode) + (f" by the server ({fault})" if fault else "")
     return (f"model '{model_name}' instance '{instance_name}': its worker process (pid {pid}) "
-            f"{describe_exit(returncode)} {doing}")
+            f"{how} {doing}")
 

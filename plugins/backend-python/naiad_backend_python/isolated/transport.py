@@ -33,15 +33,19 @@ OnFrame = Callable[[dict, memoryview, list[int]], object]
 
 class LoopTransport:
     """Frames in and out of ``sock`` on ``loop``. ``on_frame(header, payload, fds)`` and
-    ``on_end()`` are called on the loop; ``on_end`` once, when the stream ends."""
+    ``on_end()`` are called on the loop; ``on_end`` once, when the stream ends. Bytes that
+    are not a frame (:class:`naiad_stub_wire.ProtocolError`) end the stream after
+    ``on_fault(reason)``: nothing after them can be read."""
 
     def __init__(self, sock: socket.socket, loop: asyncio.AbstractEventLoop,
                  on_frame: OnFrame, on_end: Callable[[], object],
-                 buffered: bytes = b"", fds: Sequence[int] = ()) -> None:
+                 buffered: bytes = b"", fds: Sequence[int] = (),
+                 on_fault: Callable[[str], object] | None = None) -> None:
         self.sock = sock
         self.loop = loop
         self.on_frame = on_frame
         self.on_end = on_end
+        self.on_fault = on_fault
         self._fd = sock.fileno()
         self._received = bytearray(buffered)
         self._fds: list[int] = list(fds)
@@ -143,17 +147,19 @@ class LoopTransport:
         position = 0
         prefix = wire.PREFIX_SIZE
         while len(data) - position >= prefix:
-            head_size, payload_size = wire.unpack_prefix(data, position)
-            if head_size > wire.MAX_HEADER_BYTES:
-                self._end()
+            try:
+                head_size, payload_size = wire.unpack_prefix(data, position)
+                end = position + prefix + head_size + payload_size
+                if len(data) < end:
+                    break
+                header = wire.decode_header(
+                    data[position + prefix:position + prefix + head_size])
+                count = wire.check_header(header, len(self._fds))
+            except ValueError as exc:  # not a frame: nothing after it can be read
+                self._fault(str(exc))
                 return
-            end = position + prefix + head_size + payload_size
-            if len(data) < end:
-                break
-            header = wire.decode_header(data[position + prefix:position + prefix + head_size])
             payload = data[end - payload_size:end] if payload_size else bytearray()
             position = end
-            count = header.get("fds", 0)
             fds, self._fds = self._fds[:count], self._fds[count:]
             try:
                 self.on_frame(header, memoryview(payload), fds)
@@ -161,6 +167,18 @@ class LoopTransport:
                 log.exception("handling a message from a worker process failed")
         if position:
             del data[:position]
+
+    def _fault(self, reason: str) -> None:
+        """The worker broke the protocol: say so, and end the stream."""
+        if self._ended:
+            return
+        if self.on_fault is not None:
+            try:
+                self.on_fault(reason)
+            except Exception:
+                log.exception("handling a worker's protocol fault failed")
+        self._received.clear()
+        self._end()
 
     def _end(self) -> None:
         if self._ended:

@@ -211,7 +211,7 @@ class Worker:
                 return self._jobs.get_nowait()
             try:
                 return self._take(*self.connection.receive())
-            except wire.PeerGone:
+            except (wire.PeerGone, wire.ProtocolError):
                 return _STOP  # the server went away (or closed after finalize)
 
     def _take(self, header: Dict[str, Any], payload: memoryview, fds: List[int]) -> Any:
@@ -295,7 +295,7 @@ class Worker:
                             continue  # the job may be over: look again
                     try:
                         job = self._take(*self.connection.receive())
-                    except (wire.PeerGone, OSError):
+                    except (wire.PeerGone, OSError, ValueError):
                         self._jobs.put(_STOP)
                         self._stopped = True
                         return

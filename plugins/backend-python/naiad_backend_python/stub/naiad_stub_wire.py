@@ -6,7 +6,11 @@ top-level ``naiad_stub_wire``. It uses nothing but the standard library and nump
 
 A message is one frame on a Unix stream socket::
 
-    <u32 header length> <u32 payload length> <header> <payload bytes>
+    <u32 FRAME_MAGIC> <u32 header length> <u32 payload length> <header> <payload bytes>
+
+The magic makes a peer that writes anything else (a model writing to the socket, a half
+message) a :class:`ProtocolError` at the next frame, instead of lengths that would have the
+reader wait for bytes that never come.
 
 and may carry file descriptors (SCM_RIGHTS) with its first byte. The header is a JSON
 object whose ``op`` says what it is (``naiad_stub_main`` lists them), except for the two
@@ -41,11 +45,13 @@ from typing import Any, List, Tuple
 import numpy as np
 from naiad_stub_headers import decode_header, encode_header
 
-PROTOCOL_VERSION = 2
+PROTOCOL_VERSION = 3
 ALIGNMENT = 64
 # The largest header accepted: a frame announcing more is a broken peer, not a message.
 MAX_HEADER_BYTES = 256 * 1024 * 1024
-_PREFIX = struct.Struct("<II")
+# Every frame starts with these four bytes ("NAD3", little-endian).
+FRAME_MAGIC = 0x3344414E
+_PREFIX = struct.Struct("<III")
 _LENGTH = struct.Struct("<I")
 _MAX_FDS = 4
 _ANCILLARY = socket.CMSG_SPACE(_MAX_FDS * 4)
@@ -84,6 +90,11 @@ Descriptor = List[Any]
 
 class PeerGone(ConnectionError):
     """The other end closed the socket (the worker ended, or the server went away)."""
+
+
+class ProtocolError(ValueError):
+    """The other end sent something that is not a message of this protocol: the stream
+    cannot be read any further (the server ends such a worker and starts a new one)."""
 
 
 # --- BYTES tensors ----------------------------------------------------------------------
@@ -322,14 +333,35 @@ def frame_parts(header: dict, buffers: Sequence[memoryview] = (),
     payload_size = 0
     for buffer in buffers:
         payload_size += len(buffer)
-    parts: List[Any] = [_PREFIX.pack(len(head), payload_size), head]
+    parts: List[Any] = [_PREFIX.pack(FRAME_MAGIC, len(head), payload_size), head]
     parts.extend(buffers)
     return parts
 
 
 def unpack_prefix(data: Any, offset: int) -> Tuple[int, int]:
-    """(header size, payload size) of the frame starting at ``offset``."""
-    return _PREFIX.unpack_from(data, offset)
+    """(header size, payload size) of the frame starting at ``offset``. Raises
+    :class:`ProtocolError` when no frame starts there."""
+    magic, head_size, payload_size = _PREFIX.unpack_from(data, offset)
+    if magic != FRAME_MAGIC:
+        raise ProtocolError(f"bytes that do not start a message "
+                            f"({bytes(data[offset:offset + 12])[:12]!r}...)")
+    if head_size > MAX_HEADER_BYTES:
+        raise ProtocolError(f"a message header of {head_size} bytes is over the limit of "
+                            f"{MAX_HEADER_BYTES}")
+    return head_size, payload_size
+
+
+def check_header(header: Any, fds_arrived: int) -> int:
+    """How many of the descriptors that arrived a decoded header takes. Raises
+    :class:`ProtocolError` for a header that is not an object, or that announces
+    descriptors that did not come."""
+    if type(header) is not dict:
+        raise ProtocolError(f"a message header that is not an object: {str(header)[:80]!r}")
+    count = header.get("fds", 0)
+    if type(count) is not int or not 0 <= count <= fds_arrived:
+        raise ProtocolError(f"a message announces {count!r} descriptors, {fds_arrived} "
+                            f"arrived")
+    return count
 
 
 def fd_array(fds: Sequence[int]) -> array.array:
@@ -389,7 +421,7 @@ class Connection:
         buffered = self._end - self._start
         if buffered < _PREFIX.size:
             return False
-        head_size, payload_size = _PREFIX.unpack_from(self._buffer, self._start)
+        head_size, payload_size = unpack_prefix(self._buffer, self._start)
         return buffered >= _PREFIX.size + head_size + payload_size
 
     def receive(self) -> tuple[dict, memoryview, list[int]]:
@@ -403,16 +435,14 @@ class Connection:
         here, and a message takes as many as its header's ``fds`` says."""
         fds = self._fds
         self._fill(_PREFIX.size, fds)
-        head_size, payload_size = _PREFIX.unpack_from(self._buffer, self._start)
-        if head_size > MAX_HEADER_BYTES:
-            raise ValueError(f"a message header of {head_size} bytes is over the limit of "
-                             f"{MAX_HEADER_BYTES}")
+        head_size, payload_size = unpack_prefix(self._buffer, self._start)
         self._start += _PREFIX.size
-        header = decode_header(self._take(head_size, fds))
+        try:
+            header = decode_header(self._take(head_size, fds))
+        except ValueError as exc:
+            raise ProtocolError(str(exc)) from None
         payload = self._take(payload_size, fds) if payload_size else bytearray()
-        count = header.get("fds", 0) if type(header) is dict else 0
-        if count > len(fds):
-            raise ValueError(f"a message announces {count} descriptors, {len(fds)} arrived")
+        count = check_header(header, len(fds))
         mine = fds[:count]
         del fds[:count]
         return header, memoryview(payload), mine
