@@ -1,12 +1,13 @@
 """Triton's qa/L0_http_fuzz, ported: a real fuzzer against naiad's HTTP routes. schemathesis
-reads openapi_v2.yaml (naiad's V2 routes as test data) and generates requests that fit it
-and requests that break it (wrong types, missing fields, odd path values, bodies that are not
-the media type said); hypothesis drives a bounded number of them. No answer may be a 5xx,
-and the server is alive and serving after. Short in CI, many more examples with -m long."""
+reads naiad's own OpenAPI description (the one ``GET /v2/openapi.json`` answers, narrowed to
+this test's repository) and generates requests that fit it and requests that break it (wrong
+types, missing fields, odd path values, bodies that are not the media type said); hypothesis
+drives a bounded number of them. No answer may be a 5xx, and the server is alive and serving
+after. Short in CI, many more examples with -m long."""
 
 from __future__ import annotations
 
-from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -17,9 +18,11 @@ from hardening_support import ANSWER_TIMEOUT_S, hardening_repository
 from hypothesis import HealthCheck, Phase, given, settings
 from schemathesis import GenerationMode
 
+from naiad.frontends.http.openapi import description
 from naiad.testing import naiad_server
 
-SPEC = Path(__file__).with_name("openapi_v2.yaml")
+# The test repository's models (one missing), inputs and outputs: what the fuzzer names.
+MODELS = ["add_sub", "identity_fp32", "identity_bytes", "identity_batch", "no_such_model"]
 EXAMPLES = 150  # per generation mode, in CI
 LONG_EXAMPLES = 5000
 
@@ -34,8 +37,29 @@ def server(tmp_path_factory):
         yield process
 
 
+def fuzz_description() -> dict[str, Any]:
+    """naiad's OpenAPI description with path values, tensor names and sizes narrowed to the
+    test repository, so that fitting requests reach the models."""
+    document = description()
+    components = document["components"]
+    components["parameters"]["model"]["schema"] = {"type": "string", "enum": MODELS}
+    components["parameters"]["version"]["schema"]["pattern"] = "^[0-9]{1,3}$"
+    components["parameters"]["region"]["schema"]["maxLength"] = 40
+    tensor = components["schemas"]["Tensor"]["properties"]
+    tensor["name"] = {"type": "string", "enum": ["INPUT0", "INPUT1"]}
+    tensor["shape"] = {"type": "array", "maxItems": 4,
+                       "items": {"type": "integer", "minimum": 0, "maximum": 64}}
+    tensor["data"] = {"type": "array", "maxItems": 64, "items": {
+        "oneOf": [{"type": "number"}, {"type": "string"}, {"type": "boolean"}]}}
+    output = components["schemas"]["RequestedOutput"]["properties"]
+    output["name"] = {"type": "string", "enum": ["OUTPUT0", "OUTPUT1"]}
+    request = components["schemas"]["InferenceRequest"]["properties"]
+    request["inputs"]["maxItems"] = request["outputs"]["maxItems"] = 3
+    return document
+
+
 def fuzz(server, mode: GenerationMode, examples: int) -> None:
-    schema = schemathesis.openapi.from_path(SPEC)
+    schema = schemathesis.openapi.from_dict(fuzz_description())
     base_url = f"http://{server.http_url}"
     session = requests.Session()
 

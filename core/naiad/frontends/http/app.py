@@ -38,6 +38,8 @@ from naiad.frontends.http.body import compress, decompress, pick_encoding, read_
 from naiad.frontends.http.codec import HEADER_LENGTH, decode_request, encode_response, error_body
 from naiad.frontends.http.control import UNSUPPORTED_MEDIA_TYPE, content_type_refusal
 from naiad.frontends.http.generate import GenerateEndpoint
+from naiad.frontends.http.openapi import PATH as OPENAPI_PATH
+from naiad.frontends.http.openapi import openapi_document
 from naiad.frontends.restrictions import (
     HTTP_REFUSAL_STATUS,
     HTTPRequirement,
@@ -272,6 +274,7 @@ class HTTPFrontend:
             ("/v2/health/live", self.live, get, "health"),
             ("/v2/health/ready", self.ready, get, "health"),
             ("/v2", self.metadata, get, "metadata"),
+            (OPENAPI_PATH, openapi_document, get, "metadata"),
             ("/v2/models/stats", self.stats, get, "statistics"),
             ("/v2/models/{model}", self.model_metadata, get, "metadata"),
             ("/v2/models/{model}/versions/{version}", self.model_metadata, get, "metadata"),
