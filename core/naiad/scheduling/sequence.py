@@ -120,6 +120,11 @@ class SequenceBatcher(Scheduler):
         self.idle_ns = sequence.max_sequence_idle_microseconds * NS_PER_US
         self.lanes = [_Lane(worker, capacity) for worker in context.workers]
         self.live: dict[SequenceId, _Sequence] = {}
+        # iterative_sequence: a request without a correlation ID is a sequence of its own,
+        # which its model reschedules until it is done (Triton's iterative sequences); such
+        # sequences get negative IDs, which no client can send
+        self.iterative = config.sequence_batching.iterative_sequence
+        self._iterative_ids = 0
         self.backlog: collections.deque[_Sequence] = collections.deque()
         self.output_names = [output.name for output in config.output]
         self._reaper: asyncio.TimerHandle | None = None
@@ -165,7 +170,13 @@ class SequenceBatcher(Scheduler):
     def _sequence_of(self, waiting: _Waiting) -> _Sequence:
         """The live sequence a request belongs to, started by it when it carries START."""
         params = waiting.request.parameters
-        sequence_id = self.controls.sequence_id(params)
+        if self.iterative and params.get("sequence_id") in (None, 0, ""):
+            self._iterative_ids += 1
+            params = {**params, "sequence_id": -self._iterative_ids, "sequence_start": True,
+                      "sequence_end": True}
+            sequence_id: SequenceId = params["sequence_id"]
+        else:
+            sequence_id = self.controls.sequence_id(params)
         waiting.start = bool(params.get("sequence_start", False))
         waiting.end = bool(params.get("sequence_end", False))
         sequence = self.live.get(sequence_id)

@@ -54,11 +54,6 @@ KNOWN: dict[tuple[str, str], str] = {
     ("lifecycle", "test_triton_grpc_error_error_on"): (
         "the triton_grpc_error: true header of a gRPC stream (end the stream with the error's "
         "status) is not implemented in naiad's gRPC frontend"),
-    ("request_rescheduling", "request_rescheduling: "): (
-        "request rescheduling (request.set_release_flags(TRITONSERVER_REQUEST_RELEASE_"
-        "RESCHEDULE)) and iterative sequences (sequence_batching.iterative_sequence) are not "
-        "implemented: the worker protocol would carry a rescheduled request back "
-        "(isolated/*, naiad_stub_wire) and the schedulers re-queue it"),
     ("logging", "verbose: log lines with 'Verbose Msg!'"): (
         "a worker's log level is fixed when it starts (isolated/instance.py sends INFO unless "
         "--log-verbose was given): POST /v2/logging log_verbose_level=1 does not reach "

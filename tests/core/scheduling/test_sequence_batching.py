@@ -112,6 +112,39 @@ sequence_batching {
 
 STATE_START = 100
 
+# Triton's iterative sequence: one request, rescheduled by its model (INPUT times) until done.
+ITERATIVE_PY = """
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        self.runs = 0
+
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            self.runs += 1
+            wanted = int(pb_utils.get_input_tensor_by_name(request, "INPUT").as_numpy()[0])
+            if self.runs < wanted:
+                request.set_release_flags(pb_utils.TRITONSERVER_REQUEST_RELEASE_RESCHEDULE)
+                responses.append(None)
+                continue
+            runs, self.runs = self.runs, 0
+            responses.append(pb_utils.InferenceResponse(output_tensors=[
+                pb_utils.Tensor("OUTPUT", np.array([runs], np.int32))]))
+        return responses
+"""
+ITERATIVE_CONFIG = """
+name: "iterative"
+backend: "python"
+max_batch_size: 0
+input [ { name: "INPUT", data_type: TYPE_INT32, dims: [ 1 ] } ]
+output [ { name: "OUTPUT", data_type: TYPE_INT32, dims: [ 1 ] } ]
+sequence_batching { iterative_sequence: true }
+"""
+
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
@@ -138,6 +171,7 @@ def server(tmp_path_factory):
     (folder / "initial_state").mkdir()
     (folder / "initial_state" / "start_at").write_bytes(
         np.array([STATE_START], np.int32).tobytes())
+    write_model(repo, "iterative", ITERATIVE_CONFIG, ITERATIVE_PY)
     with naiad_server("--model-repository", str(repo)) as process:
         yield process
 
@@ -243,6 +277,17 @@ def test_request_without_a_correlation_id_is_refused(server, protocol):
             client.infer("direct", [tensor])
     assert "correlation ID" in info.value.message() and "'direct'" in info.value.message()
     assert info.value.status() in ("400", "StatusCode.INVALID_ARGUMENT")
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_an_iterative_sequence_needs_no_correlation_id(server, protocol):
+    """sequence_batching { iterative_sequence: true }: a request without a correlation ID is
+    a sequence of its own, which the model reschedules until done (as in Triton)."""
+    module, client = _client(server, protocol)
+    with client:
+        tensor = module.InferInput("INPUT", [1], "INT32")
+        tensor.set_data_from_numpy(np.array([3], np.int32))
+        assert client.infer("iterative", [tensor]).as_numpy("OUTPUT")[0] == 3
 
 
 @pytest.mark.parametrize("protocol", ["http", "grpc"])

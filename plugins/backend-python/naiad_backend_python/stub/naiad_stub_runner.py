@@ -71,6 +71,9 @@ Emit = Callable[[Any, Optional[Result], bool], None]
 #: whose response was not sent yet: it leaves later, through ``emit`` (see :class:`_Late`).
 #: Compared by identity.
 DEFERRED: Result = ([], None, None)
+#: A request the model rescheduled (until it runs again). Compared by identity.
+RESCHEDULED: Result = ([], None, None)
+_RESCHEDULE = pb_utils.TRITONSERVER_REQUEST_RELEASE_RESCHEDULE
 
 
 class LoadFailure(Exception):
@@ -211,16 +214,40 @@ class ModelRunner:
         :class:`BatchFailure` when the batch failed as a whole. A request whose client
         gave up before it ran (``request.cancellation``) is answered CANCELLED without
         reaching the model."""
+        reschedules = pb_utils._reschedules
+        results, pb_requests = self._execute_once(requests, reschedules)
+        positions = range(len(requests))  # where the requests run last stand in results
+        while pb_utils._reschedules != reschedules:  # the model rescheduled requests
+            again = [index for index, pb_request in enumerate(pb_requests)
+                     if getattr(pb_request, "_release", 1) == _RESCHEDULE]
+            if not again:
+                break
+            # run them again on this instance, before its next batch (an iterative
+            # sequence's next step), as a batch of their own
+            reschedules = pb_utils._reschedules
+            requests = [requests[index] for index in again]
+            positions = [positions[index] for index in again]
+            rerun, pb_requests = self._execute_once(requests, reschedules)
+            for position, result in zip(positions, rerun):
+                results[position] = result
+        return results
+
+    def _execute_once(self, requests: Sequence[Any], reschedules: int
+                      ) -> tuple[list[Result], list[Any]]:
         for request in requests:
             cancellation = request.cancellation
             if cancellation is not None and cancellation.cancelled:
-                return self._without_cancelled(requests)
+                return self._without_cancelled(requests), []
         _thread_state.model_dir = self.version_dir  # for pb_utils.get_model_dir()
         wrap = _wrap_request
         output_names = self.output_names
         pb_requests = [wrap(request, output_names) for request in requests]
         if self.decoupled:
-            return self._execute_decoupled(requests, pb_requests)
+            return self._execute_decoupled(requests, pb_requests), pb_requests
+        return self._execute_ordinary(requests, pb_requests, reschedules), pb_requests
+
+    def _execute_ordinary(self, requests: Sequence[Any], pb_requests: list[Any],
+                          reschedules: int) -> list[Result]:
         try:
             returned = self._execute(pb_requests)
             if type(returned) is not list:
@@ -232,8 +259,13 @@ class ModelRunner:
                     f"and InferenceResponse(s) size is:{len(returned)}\n")
             convert = self._convert
             results = []
+            if pb_utils._reschedules != reschedules:
+                _check_rescheduled(returned, pb_requests)
             for response, request, pb_request in zip(returned, requests, pb_requests):
                 if response is None or pb_request._sender is not None:
+                    if response is None and getattr(pb_request, "_release", 1) == _RESCHEDULE:
+                        results.append(RESCHEDULED)  # it runs again: execute() fills it in
+                        continue
                     # the model used the response sender, or answers this request later
                     response = self._claim(response, request, pb_request)
                     if response is None:
@@ -451,6 +483,15 @@ class ModelRunner:
                 status = ERROR_STATUS.get(exc.code(), status)
         return BatchFailure(status, f"Failed to process the request(s) for model "
                                     f"'{self.instance_name}', message: {detail}")
+
+
+def _check_rescheduled(returned: list[Any], pb_requests: list[Any]) -> None:
+    """Triton's rule: execute returns None for a request it rescheduled."""
+    for response, pb_request in zip(returned, pb_requests):
+        if response is not None and getattr(pb_request, "_release", 1) == _RESCHEDULE:
+            raise _ContractError("Expected a None object in the execute function return list "
+                                 "for reschduled request, found type "
+                                 f"'{type(response)}'.")
 
 
 def _sent_response(request: Any) -> Any:

@@ -224,6 +224,9 @@ TRITONSERVER_REQUEST_FLAG_SEQUENCE_END = 2
 TRITONSERVER_RESPONSE_COMPLETE_FINAL = 1
 TRITONSERVER_REQUEST_RELEASE_ALL = 1
 TRITONSERVER_REQUEST_RELEASE_RESCHEDULE = 2
+# How many times a model asked for a request to be rescheduled (set_release_flags): the
+# runner looks at its requests' flags only when this changed during execute.
+_reschedules = 0
 
 # Request parameters Triton consumes itself and never shows the model.
 _RESERVED_PARAMETERS = frozenset({
@@ -277,6 +280,7 @@ class InferenceRequest:
         "_model_version",
         "_output_names",
         "_parameters",
+        "_release",
         "_request_id",
         "_requested",
         "_sender",
@@ -415,8 +419,27 @@ class InferenceRequest:
         return cancellation is not None and cancellation.cancelled
 
     def set_release_flags(self, flags: int) -> None:
-        if flags != TRITONSERVER_REQUEST_RELEASE_ALL:
-            raise _unsupported("Rescheduling a request (set_release_flags)")
+        """``TRITONSERVER_REQUEST_RELEASE_RESCHEDULE``: run this request again once
+        ``execute`` returned (an iterative sequence's next step; execute returns None for
+        it); ``TRITONSERVER_REQUEST_RELEASE_ALL``: done with it (the default). naiad runs a
+        rescheduled request again on the same instance, before its next batch."""
+        if flags not in (TRITONSERVER_REQUEST_RELEASE_ALL,
+                         TRITONSERVER_REQUEST_RELEASE_RESCHEDULE):
+            raise TritonModelException(f"set_release_flags(): unsupported flags {flags!r}: "
+                                       f"TRITONSERVER_REQUEST_RELEASE_ALL or "
+                                       f"TRITONSERVER_REQUEST_RELEASE_RESCHEDULE")
+        if self._source is None:
+            raise TritonModelException("set_release_flags() is for the requests execute "
+                                       "was given, not for a BLS request")
+        global _reschedules
+        self._release = flags
+        if flags == TRITONSERVER_REQUEST_RELEASE_RESCHEDULE:
+            _reschedules += 1
+
+    def release_flags(self) -> int:
+        """The flags :meth:`set_release_flags` set (``TRITONSERVER_REQUEST_RELEASE_ALL``
+        when none)."""
+        return getattr(self, "_release", TRITONSERVER_REQUEST_RELEASE_ALL)
 
     def trace(self) -> _InferenceTrace:
         """This request's trace, for the BLS requests made for it."""
