@@ -491,9 +491,9 @@ def add_help_flags(parser: argparse.ArgumentParser) -> None:
     tritonserver's inert ones and the frontend plugins' too); the parser needs
     ``add_help=False``."""
     parser.add_argument("-h", "--help", action=_HelpAction,
-                        help="the most used flags, by group, and exit")
+                        help="show the most used flags and exit")
     parser.add_argument(HELP_ALL, action=_HelpAction, every_flag=True,
-                        help="every flag, by group, and exit")
+                        help="show every flag and exit")
 
 
 def short_help(parser: argparse.ArgumentParser) -> str:
