@@ -12,12 +12,13 @@ disagree on a datatype name, a batch split or a version folder.
 - model folders: :func:`version_folders`, :func:`newest_version_file`, :func:`model_file_path`;
 - configs: :func:`config_to_json`; messages: :func:`format_shape`; devices: :func:`gpu_count`;
 - CPU-only backends and what a backend leaves out: :func:`run_auto_groups_on_cpu`,
-  :func:`refuse_unsupported_features`.
+  :func:`refuse_unsupported_features`;
+- logging: :func:`on_log_level_change` (verbose logging turned on or off at run time).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from tritonclient.grpc.model_config_pb2 import ModelConfig, ModelInstanceGroup
@@ -41,11 +42,28 @@ __all__ = [
     "merge_inputs",
     "model_file_path",
     "newest_version_file",
+    "on_log_level_change",
     "refuse_unsupported_features",
     "run_auto_groups_on_cpu",
     "split_outputs",
     "version_folders",
 ]
+
+
+def on_log_level_change(listener: Callable[[int], object]) -> Callable[[], None]:
+    """Call ``listener(level)`` whenever the server's log level changes at run time (the
+    logging extension's ``log_verbose_level``: ``logging.DEBUG`` when verbose, else
+    ``logging.INFO``), on the thread that changed it: for a backend whose model logs in
+    another process, which must follow. Returns the function that removes the listener."""
+    from naiad import logs
+
+    logs.level_listeners.append(listener)
+
+    def remove() -> None:
+        if listener in logs.level_listeners:
+            logs.level_listeners.remove(listener)
+
+    return remove
 
 
 def version_folders(model_dir: Path) -> list[Path]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -111,7 +112,20 @@ def configure(settings: LogSettings) -> None:
     _apply_level(settings)
 
 
+#: Called with the new level when the root logger's level changes (verbose logging turned
+#: on or off at run time): code that makes log records elsewhere (a Python model's worker
+#: process) follows it. ``naiad.backend_utils.on_log_level_change`` adds one.
+level_listeners: list[Callable[[int], object]] = []
+
+
 def _apply_level(settings: LogSettings) -> None:
     # Debug records are only made when verbose logging is on: the filter does the rest.
-    logging.getLogger().setLevel(logging.DEBUG if settings.log_verbose_level > 0
-                                 else logging.INFO)
+    root = logging.getLogger()
+    before = root.level
+    root.setLevel(logging.DEBUG if settings.log_verbose_level > 0 else logging.INFO)
+    if root.level != before:
+        for listener in list(level_listeners):
+            try:
+                listener(root.level)
+            except Exception:  # a listener must not break the logging extension
+                logging.getLogger("naiad").exception("a log level listener failed")

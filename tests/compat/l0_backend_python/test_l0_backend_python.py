@@ -43,10 +43,6 @@ KNOWN: dict[tuple[str, str], str] = {
         "a deliberate difference: as_numpy() of a BF16 tensor gives an ml_dtypes.bfloat16 "
         "array in naiad (docs/python-models.md), where Triton raises; Triton's identity_bf16 "
         "model asserts that it raises (to_dlpack/from_dlpack, which it uses, work)"),
-    ("python_test", "init_exit: log contains"): (
-        "Triton's log text: naiad logs that the worker process 'was killed by SIGKILL while "
-        "starting', not \"Stub process '<instance>' is not healthy.\" (the message is made in "
-        "naiad_backend_python/isolated/instance.py)"),
     ("python_test", "shm_default_byte_size: shm-default-byte-size regions"): (
         "test.sh lists /dev/shm/triton_python_backend_shm* (Triton's stub regions, of "
         "shm-default-byte-size bytes); naiad's workers name their regions otherwise and "
@@ -54,10 +50,6 @@ KNOWN: dict[tuple[str, str], str] = {
     ("lifecycle", "test_triton_grpc_error_error_on"): (
         "the triton_grpc_error: true header of a gRPC stream (end the stream with the error's "
         "status) is not implemented in naiad's gRPC frontend"),
-    ("logging", "verbose: log lines with 'Verbose Msg!'"): (
-        "a worker's log level is fixed when it starts (isolated/instance.py sends INFO unless "
-        "--log-verbose was given): POST /v2/logging log_verbose_level=1 does not reach "
-        "running workers, so a model's log_verbose lines stay unsent"),
     ("restart", "server starts"): (
         "restart's model imports c_python_backend_utils (Triton's C++ stub module) for "
         "shared_memory.free_memory(); naiad's worker has no such module"),

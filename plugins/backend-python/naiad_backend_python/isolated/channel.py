@@ -292,6 +292,15 @@ class WorkerChannel:
                 request.cancellation.on_cancel(
                     lambda index=index: self._cancel(batch_id, index))
 
+    def set_log_level(self, level: int) -> None:
+        """The server's log level changed: the worker makes records from ``level`` on."""
+        if self._gone:
+            return
+        try:
+            self._send({"op": "log_level", "level": level})
+        except (wire.PeerGone, OSError):
+            pass
+
     def _cancel(self, batch_id: int, index: int) -> None:
         """The client gave up on a request the worker has: tell it (``is_cancelled()``)."""
         if self._gone or self._send_frame is None:

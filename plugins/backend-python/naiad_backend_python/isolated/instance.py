@@ -22,6 +22,7 @@ import threading
 import time
 from collections.abc import Sequence
 
+from naiad.backend_utils import on_log_level_change
 from naiad.errors import InferenceServerError, unavailable
 from naiad.types import (
     InferenceClient,
@@ -85,6 +86,14 @@ class IsolatedInstance(ModelInstance):
         self._watcher = threading.Thread(target=self._watch, daemon=True,
                                          name=f"naiad-watch-{instance_name}")
         self._watcher.start()
+        # POST /v2/logging log_verbose_level reaches the running worker (a new one starts
+        # with the level of the moment)
+        self._unlisten = on_log_level_change(self._log_level_changed)
+
+    def _log_level_changed(self, level: int) -> None:
+        worker = self.worker
+        if worker is not None:
+            worker.channel.set_log_level(min(logging.INFO, level))
 
     # --- the contract -------------------------------------------------------------------
 
@@ -128,6 +137,7 @@ class IsolatedInstance(ModelInstance):
                               reason=self._reason, restarts=self._restarts)
 
     def close(self) -> None:
+        self._unlisten()
         with self._lock:
             self._stopping.set()
             worker, self.worker = self.worker, None
@@ -136,6 +146,7 @@ class IsolatedInstance(ModelInstance):
         self._watcher.join()
 
     def abort(self) -> None:
+        self._unlisten()
         with self._lock:
             self._stopping.set()
             worker = self.worker

@@ -163,6 +163,7 @@ class WorkerProcess:
 def ended_message(model_name: str, instance_name: str, pid: int, returncode: int | None,
                   doing: str, fault: str = "") -> str:
     how = describe_exit(returncode) + (f" by the server ({fault})" if fault else "")
+    # the last sentence is Triton's, for whoever greps the log for it (L0_backend_python)
     return (f"model '{model_name}' instance '{instance_name}': its worker process (pid {pid}) "
-            f"{how} {doing}")
+            f"{how} {doing}. Stub process '{instance_name}' is not healthy.")
 

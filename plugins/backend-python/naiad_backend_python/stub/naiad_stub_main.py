@@ -21,8 +21,9 @@ helper thread reads them while a job runs long or the model waits for the server
 - ``finalize`` -> ``finalized``, then the process exits.
 
 Whoever reads handles ``cancel`` (``batch``, ``index``: the client gave up on that request;
-``is_cancelled()`` turns true) and ``answer`` (to the model's calls to the server,
-``naiad_stub_calls``) at once, so both arrive while the model runs.
+``is_cancelled()`` turns true), ``log_level`` (the server's verbose logging turned on or
+off: the level the model's records are made from) and ``answer`` (to the model's calls to
+the server, ``naiad_stub_calls``) at once, so they arrive while the model runs.
 
 An ``execute`` message may carry a new shared memory region (``region_size`` and its
 descriptor). The worker sends ``log`` messages whenever the model logs. It ignores SIGINT
@@ -226,6 +227,9 @@ class Worker:
             return None
         if op == "cancel":
             self._cancel(header)
+            return None
+        if op == "log_level":  # the server's verbose logging was turned on or off
+            logging.getLogger().setLevel(int(header.get("level", logging.INFO)))
             return None
         if fds:
             self._map_region(header, fds)
