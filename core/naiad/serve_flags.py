@@ -66,6 +66,14 @@ def _at_least_one(value: str) -> int:
     return count
 
 
+def _count_or_zero(value: str) -> int:
+    """A count from 0 (no bound) to 2**31 - 1."""
+    count = int(value)
+    if not 0 <= count <= 2**31 - 1:
+        raise argparse.ArgumentTypeError(f"must be from 0 to {2**31 - 1}, got {count}")
+    return count
+
+
 def _cache_config(value: str) -> tuple[str, str, str]:
     """``NAME,KEY=VALUE``: one setting of the response cache NAME."""
     name, comma, setting = value.partition(",")
@@ -358,6 +366,28 @@ FLAGS: tuple[Flag, ...] = (
          help="cancel a unary gRPC call whose request message has not come in full this long "
               "after the call started (a stalled client holds a server thread meanwhile); 0: "
               "no limit (naiad only; default 60000)"),
+    Flag(("--grpc-max-streams",), LISTENERS, default=1024, type=_count_or_zero,
+         metavar="STREAMS", option="grpc.max_streams",
+         help="the most ModelStreamInfer calls open at once (each holds a server thread); "
+              "more are refused RESOURCE_EXHAUSTED, and other calls always keep threads of "
+              "their own; 0: no bound (naiad only; default 1024)"),
+    Flag(("--grpc-stream-idle-timeout",), LISTENERS, default=0, type=_count_or_zero,
+         metavar="MS", option="grpc.stream_idle_timeout_ms",
+         help="end a ModelStreamInfer call (UNAVAILABLE) that has had no request in flight "
+              "and sent none for this long; 0: never, as tritonserver (naiad only)"),
+    Flag(("--stream-max-buffered-responses",), LISTENERS, default=1024,
+         type=_count_or_zero, metavar="RESPONSES",
+         option="server.stream_max_buffered_responses",
+         help="responses one gRPC stream or HTTP generate_stream request may hold for a "
+              "client that does not read them; beyond, the stream ends with an error naming "
+              "this flag and its requests are cancelled; 0: no bound (naiad only; default "
+              "1024)"),
+    Flag(("--stream-max-buffered-responses-total",), LISTENERS, default=4096,
+         type=_count_or_zero, metavar="RESPONSES",
+         option="server.stream_max_buffered_responses_total",
+         help="responses all streams together may hold for clients that do not read; "
+              "beyond, the stream holding the most ends as above; 0: no bound (naiad only; "
+              "default 4096)"),
     Flag(("--allow-metrics",), LISTENERS, kind="switch", default=True,
          option="listeners.allow_metrics",
          help="serve Prometheus metrics"),

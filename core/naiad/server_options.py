@@ -59,6 +59,12 @@ class ServerOptions:
     # message). A larger answer is refused with RESOURCE_EXHAUSTED naming the setting; the
     # default lets a binary identity answer to a 64 MiB input through.
     max_response_size: int = 128 * MIB
+    # naiad only (--stream-max-buffered-responses, --stream-max-buffered-responses-total):
+    # responses a streaming frontend (gRPC ModelStreamInfer, HTTP generate_stream) holds for
+    # a client that does not read, per stream and for all streams; 0: no bound
+    # (naiad.frontends.stream_buffer).
+    stream_max_buffered_responses: int = 1024
+    stream_max_buffered_responses_total: int = 4096
     # naiad only: models deployed through the load API (``file:`` parameters) are written
     # under this directory ("": the system's temporary directory), at most this many bytes
     # per load request (naiad.models.staging).

@@ -7,8 +7,12 @@ its future (``InferenceServer.infer``) without going through the event loop twic
 benchmarks/README.md has the figures.
 
 Each call in progress holds a thread of the pool, and each open ``ModelStreamInfer`` holds
-one for as long as it is open, so the pool is large: threads are made only when every
-existing one is busy.
+one for as long as it is open (and a reader thread of its own, outside the pool). So open
+streams are bounded (``--grpc-max-streams``, refused RESOURCE_EXHAUSTED beyond it) and the
+pool has :data:`CALL_THREADS` threads more than that bound: however many streams are open,
+idle or not, health checks, ``ModelInfer`` and every other call still get a thread.
+Threads are made only when every existing one is busy. An idle stream can also be ended
+after ``--grpc-stream-idle-timeout`` (:mod:`.stream`).
 
 The ``--grpc-*`` flags (:class:`GRPCOptions`) become grpc channel arguments, TLS server
 credentials and, for ``--grpc-infer-response-compression-level``, a compression level.
@@ -41,12 +45,14 @@ from naiad.frontends.grpc.codec import UndecodableRequest
 from naiad.frontends.grpc.options import GRPCOptions
 from naiad.frontends.grpc.read_timeout import MessageWatch, receiving
 from naiad.frontends.grpc.service import InferenceServicer
+from naiad.frontends.grpc.stream import StreamSettings
 
 if TYPE_CHECKING:
     from naiad.server import InferenceServer
 
-# Calls (unary ones in progress, streams open) served at once; later ones wait for a thread.
-MAX_THREADS = 1024
+# Calls other than streams (unary ones in progress) served at once beyond the open streams
+# (with --grpc-max-streams=0, streams too); later ones wait for a thread.
+CALL_THREADS = 1024
 
 _SERVICE = service_pb2.DESCRIPTOR.services_by_name["GRPCInferenceService"]
 # The inference RPCs return serialized responses (ResponseEncoder): no serializer.
@@ -276,9 +282,22 @@ def servicer_handlers(server: InferenceServer, options: GRPCOptions,
     grpc and the message watch run in the frontends). Call it on the server's event loop."""
     servicer = InferenceServicer(server, asyncio.get_running_loop(),
                                  restricted=options.restricted,
-                                 header_forward_pattern=options.header_forward_pattern)
+                                 header_forward_pattern=options.header_forward_pattern,
+                                 streams=stream_settings(options))
     compression = options.infer_response_compression_level != "none"
     return method_handlers(servicer, compression, watch)
+
+
+def stream_settings(options: GRPCOptions) -> StreamSettings:
+    """The bounds of ``ModelStreamInfer`` calls that ``options`` set."""
+    return StreamSettings(max_streams=options.max_streams,
+                          idle_timeout_s=options.stream_idle_timeout_ms / 1000)
+
+
+def pool_threads(options: GRPCOptions) -> int:
+    """The pool's size: a thread per stream ``--grpc-max-streams`` allows, and
+    :data:`CALL_THREADS` more for every other call."""
+    return options.max_streams + CALL_THREADS
 
 
 async def start_grpc_server(server: InferenceServer, address: str, port: int,
@@ -292,7 +311,8 @@ async def start_grpc_server(server: InferenceServer, address: str, port: int,
     """
     options = options or GRPCOptions()
     credentials = server_credentials(options) if options.use_ssl else None
-    pool = ThreadPoolExecutor(max_workers=MAX_THREADS, thread_name_prefix="naiad-grpc")
+    pool = ThreadPoolExecutor(max_workers=pool_threads(options),
+                              thread_name_prefix="naiad-grpc")
     grpc_server = grpc.server(
         pool, options=channel_arguments(options, server.options.max_input_size,
                                         server.options.max_response_size))

@@ -45,6 +45,13 @@ class GRPCOptions:
     # naiad only. A unary call's request message must have come in full this long after the
     # call started, else the call is cancelled (read_timeout.py); 0: no limit.
     message_timeout_ms: int = 60_000
+    # naiad only. ModelStreamInfer calls open at once (each holds a server thread); more are
+    # refused with RESOURCE_EXHAUSTED. 0: no bound (streams then compete with every other
+    # call for threads).
+    max_streams: int = 1024
+    # naiad only. A stream with no request in flight that has sent none for this long is
+    # ended (UNAVAILABLE); 0: never, as tritonserver.
+    stream_idle_timeout_ms: int = 0
     # Request headers whose names match this regular expression become request parameters.
     header_forward_pattern: str = ""
     # API group -> the header a request to it must carry (``triton-grpc-protocol-<key>``).

@@ -40,8 +40,9 @@ from naiad.errors import InferenceServerError, grpc_status, invalid_arg, unsuppo
 from naiad.frontends.forwarding import header_forwarder
 from naiad.frontends.grpc.codec import ResponseEncoder, decode_request, params_to_dict
 from naiad.frontends.grpc.status import abort
-from naiad.frontends.grpc.stream import Stream
+from naiad.frontends.grpc.stream import OpenStreams, Stream, StreamSettings, call_ender
 from naiad.frontends.restrictions import GRPCRequirement, Restriction, grpc_requirements
+from naiad.frontends.stream_buffer import budget_of
 from naiad.models.staging import file_parameters
 from naiad.server import answer
 from naiad.shm import cuda_register, cuda_status, cuda_unregister
@@ -117,8 +118,13 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
 
     def __init__(self, server: InferenceServer, loop: asyncio.AbstractEventLoop, *,
                  restricted: dict[str, Restriction] | None = None,
-                 header_forward_pattern: str = "") -> None:
+                 header_forward_pattern: str = "",
+                 streams: StreamSettings | None = None) -> None:
         self.server = server
+        # --grpc-max-streams, --grpc-stream-idle-timeout (.stream)
+        self.stream_settings = streams or StreamSettings()
+        self.open_streams = OpenStreams(self.stream_settings.max_streams)
+        self.response_budget = budget_of(server)
         self.loop = loop
         self.shm = server.shared_memory
         self.max_input_size = server.options.max_input_size
@@ -182,14 +188,25 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
         # Yields serialized ModelStreamInferResponses (see .stream): a reader thread takes
         # requests off the stream and submits each, this generator sends their responses.
         # The stream's metadata comes once, with the call: every request of it gets it.
-        forwarded = (None if self.forwarder is None
-                     else self.forwarder.from_grpc(context.invocation_metadata()))
-        stream = Stream(self.server, self.encoder, forwarded)
-        if not context.add_callback(stream.call_ended):
-            return  # the call is over already
-        threading.Thread(target=stream.read, args=(request_iterator,),
-                         name="naiad-grpc-stream", daemon=True).start()
-        yield from stream.responses()
+        # Each open stream holds a thread of the pool: at most --grpc-max-streams of them.
+        if not self.open_streams.enter():
+            abort(context, grpc.StatusCode.RESOURCE_EXHAUSTED, self.open_streams.refusal)
+        try:
+            forwarded = (None if self.forwarder is None
+                         else self.forwarder.from_grpc(context.invocation_metadata()))
+            stream = Stream(self.server, self.encoder, forwarded,
+                            idle_timeout_s=self.stream_settings.idle_timeout_s,
+                            budget=self.response_budget, end_call=call_ender(context))
+            if not context.add_callback(stream.call_ended):
+                stream.call_ended()
+                return  # the call is over already
+            threading.Thread(target=stream.read, args=(request_iterator,),
+                             name="naiad-grpc-stream", daemon=True).start()
+            yield from stream.responses()
+            if stream.failure is not None:  # the stream ended itself (idle, overflow)
+                abort(context, *stream.failure)
+        finally:
+            self.open_streams.leave()
 
     # --- health and metadata ------------------------------------------------------------
 

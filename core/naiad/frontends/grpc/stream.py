@@ -19,6 +19,21 @@ Each request gets a :class:`~naiad.types.Cancellation`: when the call ends befor
 requests did (the client cancelled, the deadline passed, the connection broke), those
 still running are cancelled, so a model that looks (``request.is_cancelled()``) can stop,
 and queued ones never run.
+
+What one stream may hold, each a named setting (:class:`StreamSettings`):
+
+- the server's thread pool gives each open stream a thread (grpc's synchronous server;
+  :mod:`.listener` says why), so open streams are counted: beyond ``--grpc-max-streams``
+  a new one is refused RESOURCE_EXHAUSTED naming the flag (:class:`OpenStreams`), and the
+  pool keeps threads for every other call beyond those streams;
+- with ``--grpc-stream-idle-timeout``, a stream with no request in flight that sent none
+  for that long is ended UNAVAILABLE (tritonserver, whose streams cost no thread, has no
+  such limit: off by default);
+- responses waiting for a client that does not read are counted
+  (:mod:`naiad.frontends.stream_buffer`): beyond the bound the stream is ended
+  RESOURCE_EXHAUSTED naming the flag, its requests cancelled and its buffered responses
+  dropped at once. Whenever the call ends, what the stream still held (queued responses,
+  requests) is released then, not left in a reference cycle for the garbage collector.
 """
 
 from __future__ import annotations
@@ -26,8 +41,10 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+import time
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import grpc
@@ -45,6 +62,8 @@ from naiad.frontends.grpc.codec import (
     stream_error,
     stream_response,
 )
+from naiad.frontends.grpc.status import bounded_message
+from naiad.frontends.stream_buffer import ResponseBudget
 from naiad.types import Cancellation, InferenceRequest, InferenceResponse
 
 if TYPE_CHECKING:
@@ -57,17 +76,82 @@ EMPTY_FINAL_PARAMETER = "triton_enable_empty_final_response"
 _READER_DONE = object()  # the client sent its last request (or the call broke)
 _CALL_ENDED = object()  # the call ended before its requests did: stop sending
 
+#: The default of --grpc-max-streams (streams).
+DEFAULT_MAX_STREAMS = 1024
+MAX_STREAMS_FLAG = "--grpc-max-streams"
+IDLE_TIMEOUT_FLAG = "--grpc-stream-idle-timeout"
+#: How a call is ended from outside its handler: (status code, message).
+EndCall = Callable[[grpc.StatusCode, str], None]
+
+
+@dataclass(frozen=True)
+class StreamSettings:
+    """The bounds of ``ModelStreamInfer`` calls: ``max_streams`` open at once (0: no
+    bound), and ``idle_timeout_s``, how long a stream with nothing in flight may send
+    nothing (0: for ever)."""
+
+    max_streams: int = DEFAULT_MAX_STREAMS
+    idle_timeout_s: float = 0.0
+
+
+class OpenStreams:
+    """The count of open ``ModelStreamInfer`` calls against ``--grpc-max-streams``."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.open = 0
+        self._lock = threading.Lock()
+
+    def enter(self) -> bool:
+        """Count a new stream; False (and not counted) when ``limit`` are open."""
+        with self._lock:
+            if self.limit and self.open >= self.limit:
+                return False
+            self.open += 1
+            return True
+
+    def leave(self) -> None:
+        with self._lock:
+            self.open -= 1
+
+    @property
+    def refusal(self) -> str:
+        return (f"ModelStreamInfer: {self.limit} streams are open, the most "
+                f"{MAX_STREAMS_FLAG}={self.limit} allows; close one or try again later")
+
+
+def call_ender(context: grpc.ServicerContext) -> EndCall:
+    """How to end ``context``'s call from any thread with a status and message.
+
+    A handler ends its call by raising (``context.abort``); one blocked sending to a
+    client that does not read cannot. grpc core's call can be cancelled with a status,
+    which it sends to the client at once (the trailers are not held back by flow control);
+    grpc's Python API has only ``context.cancel()`` (CANCELLED, no message), used when its
+    call object is not there (the frontend processes' forwarded calls)."""
+
+    def end(code: grpc.StatusCode, message: str) -> None:
+        call = getattr(getattr(context, "_rpc_event", None), "call", None)
+        if call is not None:
+            try:
+                call.cancel(code.value[0], bounded_message(message))
+                return
+            except Exception:  # another grpc: fall back on the public API
+                log.debug("cancelling a gRPC call with a status failed", exc_info=True)
+        context.cancel()
+
+    return end
+
 
 class _Entry:
     """One request of the stream and what is known of it so far."""
 
     __slots__ = ("answer", "cancellation", "decoupled", "empty_final", "model",
-                 "model_name", "queue", "refusal", "request", "request_id", "to_shm")
+                 "model_name", "refusal", "request", "request_id", "stream", "to_shm")
 
-    def __init__(self, message: Any, answers: queue.SimpleQueue[Any]) -> None:
+    def __init__(self, message: Any, stream: Stream) -> None:
         self.model_name: str = message.model_name
         self.request_id: str = message.id
-        self.queue = answers
+        self.stream = stream
         self.request: InferenceRequest | None = None
         self.model: Any = None  # the ModelVersion it runs on (classification reads it)
         self.to_shm: ShmTargets | None = None
@@ -81,8 +165,8 @@ class _Entry:
 
     def deliver(self, response: InferenceResponse | None, final: bool) -> None:
         """``on_response`` of :meth:`InferenceServer.stream`: any thread, under the
-        request's sender lock, so only a queue put."""
-        self.queue.put((self, response, final))
+        request's sender lock, so only a count and a queue put."""
+        self.stream.offer(self, response, final)
 
 
 def _empty_final_wanted(request: InferenceRequest) -> bool:
@@ -103,10 +187,22 @@ class Stream:
     termination callback."""
 
     def __init__(self, server: InferenceServer, encoder: ResponseEncoder,
-                 forwarded: dict[str, str] | None) -> None:
+                 forwarded: dict[str, str] | None, *, idle_timeout_s: float = 0.0,
+                 budget: ResponseBudget | None = None,
+                 end_call: EndCall | None = None) -> None:
         self.server = server
         self.encoder = encoder
         self.forwarded = forwarded
+        self.idle_timeout_s = idle_timeout_s
+        # Ends the call from another thread (a generator blocked sending to a client that
+        # does not read is woken only so).
+        self.end_call = end_call
+        self.buffer = None if budget is None else budget.open("ModelStreamInfer",
+                                                              self._overflowed)
+        #: (status, message) the call ends with, when the stream ended it (idle, overflow)
+        self.failure: tuple[grpc.StatusCode, str] | None = None
+        self.closed = False  # nothing more is queued: the call is over or was ended
+        self.last_message = time.monotonic()  # written by the reader
         self.queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
         # Entries whose answers go out in request order (ordinary models, refusals); the
         # reader appends, the generator pops from the left (deque ends are thread-safe).
@@ -123,6 +219,9 @@ class Stream:
     def read(self, requests: Iterator[Any]) -> None:
         try:
             for message in requests:
+                if self.closed:
+                    break
+                self.last_message = time.monotonic()
                 # Counted before any answer of it can be queued.
                 self.submitted += 1
                 self._submit(message)
@@ -135,7 +234,7 @@ class Stream:
 
     def _submit(self, message: Any) -> None:
         server = self.server
-        entry = _Entry(message, self.queue)
+        entry = _Entry(message, self)
         try:
             if type(message) is UndecodableRequest:
                 raise invalid_arg(message.message)
@@ -173,7 +272,47 @@ class Stream:
                              f"{type(exc).__name__}: {exc}")
         if not queued and not entry.decoupled:
             self.ordered.append(entry)
-        self.queue.put((entry, None, True))
+        self.offer(entry, None, True)
+
+    def offer(self, entry: _Entry, response: InferenceResponse | None, final: bool) -> None:
+        """Queue one response (or refusal, or final flag) of ``entry`` for the generator;
+        dropped at once when the stream is over, or when it is one too many."""
+        if self.closed:
+            return
+        if response is not None and self.buffer is not None and not self.buffer.add():
+            return  # the stream was ended (by this response or before): drop it
+        self.queue.put((entry, response, final))
+        if self.closed:  # ended meanwhile, after its queue was emptied: empty it again
+            self._release()
+
+    def _overflowed(self, message: str) -> None:
+        """Too many responses wait for this client (stream_buffer): end the stream."""
+        log.warning("%s", message)
+        self.failure = (grpc.StatusCode.RESOURCE_EXHAUSTED, message)
+        self._close()
+        if self.end_call is not None:
+            self.end_call(*self.failure)
+
+    def _close(self) -> None:
+        """Nothing more for this stream: cancel its requests, drop what it holds, wake
+        the generator."""
+        self.closed = True
+        self._cancel_running()
+        self._release()
+        self.queue.put(_CALL_ENDED)
+
+    def _release(self) -> None:
+        """Drop the queued responses and the entries (each refers to this stream: left
+        queued, they would make a cycle that only a full garbage collection frees)."""
+        ended = False
+        while True:
+            try:
+                ended = self.queue.get_nowait() is _CALL_ENDED or ended
+            except queue.Empty:
+                break
+        if ended:
+            self.queue.put(_CALL_ENDED)  # the generator still has to see it
+        self.ordered.clear()
 
     # --- the call ----------------------------------------------------------------------
 
@@ -181,8 +320,9 @@ class Stream:
         """The call is over (gRPC runs this once, on any thread): unless every request was
         answered, cancel those still running and stop the generator."""
         if not self.over:
-            self._cancel_running()
-            self.queue.put(_CALL_ENDED)
+            self._close()
+        if self.buffer is not None:
+            self.buffer.close()
 
     def _cancel_running(self) -> None:
         with self.lock:
@@ -198,9 +338,22 @@ class Stream:
         its last request and every request is answered (or the call ends)."""
         reader_done = False
         get = self.queue.get
+        idle_s = self.idle_timeout_s
         try:
             while True:
-                item = get()
+                if idle_s and not reader_done and self.submitted == self.finished:
+                    wait = self.last_message + idle_s - time.monotonic()
+                    if wait <= 0 and self.submitted == self.finished:
+                        self.failure = (grpc.StatusCode.UNAVAILABLE, (
+                            f"ModelStreamInfer: the stream sent no request for {idle_s:g} s "
+                            f"with none in flight ({IDLE_TIMEOUT_FLAG}); open a new one"))
+                        return
+                    try:
+                        item = get(timeout=max(wait, 0.001))
+                    except queue.Empty:
+                        continue
+                else:
+                    item = get()
                 if item is _READER_DONE:
                     reader_done = True
                 elif item is _CALL_ENDED:
@@ -228,11 +381,18 @@ class Stream:
                     return
         finally:
             if not self.over:  # the call broke, or grpc closed this generator
-                self._cancel_running()
+                self._close()
+            else:
+                self.closed = True
+                self._release()
+            if self.buffer is not None:
+                self.buffer.close()
 
     def _encode(self, entry: _Entry, response: InferenceResponse | None,
                 final: bool) -> bytes | None:
         """The message for one response of ``entry`` (None: nothing to send)."""
+        if response is not None and self.buffer is not None:
+            self.buffer.taken()  # encoded now: the bytes no longer hold its outputs
         if entry.refusal:
             return stream_error(entry.refusal, entry.request_id)
         if response is None:  # the final flag alone

@@ -21,13 +21,23 @@ Each request gets a :class:`~naiad.types.Cancellation`, cancelled when the clien
 disconnects before the last response (and when ``generate`` stops reading after a second
 response), so a model that looks (``request.is_cancelled()``) can stop and a queued request
 never runs. naiad reads gzip or deflate bodies here as for ``infer``; tritonserver takes
-only identity. Request headers are not forwarded to generate requests (tritonserver does
-not forward them either).
+only identity.
+
+Responses waiting for a client that reads slowly or not at all are bounded
+(``--stream-max-buffered-responses`` and its server-wide total,
+:mod:`naiad.frontends.stream_buffer`): beyond the bound the request is cancelled, the
+responses it held are dropped at once, and the stream ends with an error event naming the
+flag; a client that reads nothing at all cannot receive it, so after
+:data:`OVERFLOW_GRACE_S` its connection is closed.
+
+Request headers are not forwarded to generate requests (tritonserver does not forward them
+either).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from typing import TYPE_CHECKING, Any
 
@@ -35,6 +45,7 @@ from naiad.errors import InferenceServerError, http_status
 from naiad.frontends.http.body import decompress, read_body
 from naiad.frontends.http.codec import error_body
 from naiad.frontends.http.generate_codec import decode_generate, encode_generate
+from naiad.frontends.stream_buffer import ResponseBudget, budget_of
 from naiad.types import Cancellation, InferenceRequest, InferenceResponse
 
 if TYPE_CHECKING:
@@ -48,26 +59,68 @@ ONE_RESPONSE = ("generate expects model to produce exactly 1 response, use gener
                 "for model that generates various number of responses")
 # tritonserver's status for an error the model's inference produced, on both endpoints
 INFERENCE_ERROR_STATUS = 400
+# How long a stream that went over its bound may take to send its error event before its
+# connection is closed (seconds).
+OVERFLOW_GRACE_S = 5.0
 _DISCONNECTED = object()
+_OVERFLOWED = object()
 
 
 class _Responses:
-    """The responses of one request, handed from whichever thread sends them to the loop."""
+    """The responses of one request, handed from whichever thread sends them to the loop;
+    counted against ``budget`` while they wait (``label`` names the stream)."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop, budget: ResponseBudget | None = None,
+                 label: str = "generate") -> None:
         self.loop = loop
         self.queue: asyncio.Queue[Any] = asyncio.Queue()
         self.ended = False  # the final response (or flag) was taken
+        self.buffer = None if budget is None else budget.open(label, self._overflowed)
+        #: set (on the loop) when the stream went over its bound; ``failure`` says why
+        self.overflowed = asyncio.Event()
+        self.failure = ""
+        self.closed = False  # nothing more is queued
+        self.cancellation: Cancellation | None = None  # the request's, once it runs
 
     def deliver(self, response: InferenceResponse | None, final: bool) -> None:
         """``on_response`` of :meth:`InferenceServer.stream`: any thread, keep it short."""
-        self.loop.call_soon_threadsafe(self.queue.put_nowait, (response, final))
+        if response is not None and self.buffer is not None and not self.buffer.add():
+            return  # the stream went over its bound: drop it
+        self.loop.call_soon_threadsafe(self._put, (response, final))
+
+    def _put(self, item: Any) -> None:
+        if not self.closed:
+            self.queue.put_nowait(item)
+
+    def _overflowed(self, message: str) -> None:
+        """Too many responses wait for this client (any thread): end the stream."""
+        log.warning("%s", message)
+        self.failure = message
+        self.loop.call_soon_threadsafe(self._overflow)
+
+    def _overflow(self) -> None:
+        if self.cancellation is not None:  # let the model stop now
+            self.cancellation.cancel()
+        self.close()
+        self.queue.put_nowait(_OVERFLOWED)
+        self.overflowed.set()
+
+    def close(self) -> None:
+        """Drop what is queued (on the loop); later responses are dropped on arrival."""
+        self.closed = True
+        while not self.queue.empty():
+            self.queue.get_nowait()
+        if self.buffer is not None:
+            self.buffer.close()
 
     async def next(self) -> tuple[InferenceResponse | None, bool] | None:
-        """The next (response, final) pair; None once the client disconnected."""
+        """The next (response, final) pair; None once the client disconnected or the
+        stream went over its bound (``failure`` is then set)."""
         item = await self.queue.get()
-        if item is _DISCONNECTED:
+        if item is _DISCONNECTED or item is _OVERFLOWED:
             return None
+        if item[0] is not None and self.buffer is not None:
+            self.buffer.taken()
         if item[1]:
             self.ended = True
         return item  # type: ignore[no-any-return]
@@ -92,14 +145,16 @@ class GenerateEndpoint:
                 encoding = value.decode("latin-1")
         server = self.server
         limit = server.options.max_input_size
-        responses = _Responses(asyncio.get_running_loop())
+        responses = _Responses(asyncio.get_running_loop(), budget_of(server),
+                               f"{'generate_stream' if self.streaming else 'generate'} on "
+                               f"model '{model_name}'")
         try:
             model = server.model(model_name, path.get("version", ""))
             body = await read_body(receive, content_length, limit)
             if encoding:
                 body = decompress(body, encoding, limit)
             request = decode_generate(model.signature, model.version, body)
-            request.cancellation = Cancellation()
+            request.cancellation = responses.cancellation = Cancellation()
             server.stream(model, request, responses.deliver)
         except InferenceServerError as exc:
             await _send_whole(send, http_status(exc), error_body(exc.message))
@@ -112,13 +167,39 @@ class GenerateEndpoint:
         watcher = asyncio.ensure_future(_watch(receive, responses))
         try:
             if self.streaming:
-                await _send_events(send, request, responses, server.options.max_response_size)
+                await _until_overflow(_send_events(send, request, responses,
+                                                   server.options.max_response_size),
+                                      responses)
             else:
                 await _send_one(send, request, responses, server.options.max_response_size)
         finally:
             watcher.cancel()
             if not responses.ended:  # nobody reads the rest: let the model stop
                 request.cancellation.cancel()
+            responses.close()
+
+
+async def _until_overflow(sending: Any, responses: _Responses) -> None:
+    """Run ``sending`` (the coroutine that sends the events) until it ends; if the stream
+    goes over its bound meanwhile, give it OVERFLOW_GRACE_S to send the error event, then
+    stop it: returning with the response unfinished makes the server close the
+    connection."""
+    task = asyncio.ensure_future(sending)
+    overflow = asyncio.ensure_future(responses.overflowed.wait())
+    try:
+        await asyncio.wait({task, overflow}, return_when=asyncio.FIRST_COMPLETED)
+        if not task.done():
+            await asyncio.wait({task}, timeout=OVERFLOW_GRACE_S)
+        if not task.done():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+            return
+        task.result()
+    finally:
+        overflow.cancel()
+        if not task.done():  # this request itself was cancelled (server shutdown)
+            task.cancel()
 
 
 async def _watch(receive: Any, responses: _Responses) -> None:
@@ -161,6 +242,11 @@ async def _send_events(send: Any, request: InferenceRequest, responses: _Respons
     while True:
         item = await responses.next()
         if item is None:
+            if responses.failure:  # over its bound: an error event ends the stream
+                if not started:
+                    await _start(send, INFERENCE_ERROR_STATUS, EVENT_STREAM)
+                await send({"type": "http.response.body",
+                            "body": b"data: " + error_body(responses.failure) + b"\n\n"})
             return
         response, final = item
         if response is not None:
