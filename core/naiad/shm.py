@@ -131,7 +131,9 @@ def _open_object(name: str, key: str) -> int:
     """A read-write descriptor of the shared memory object ``key``, as shm_open() finds it."""
     # A key names one object in /dev/shm, as for shm_open(): no path may escape it.
     name_in_root = key[1:] if key.startswith("/") else key
-    if not name_in_root or "/" in name_in_root or name_in_root in (".", ".."):
+    # A NUL byte cannot be in a file name (os.open would raise ValueError: a 500).
+    if (not name_in_root or "/" in name_in_root or "\0" in name_in_root
+            or name_in_root in (".", "..")):
         raise invalid_arg(f"shared memory region '{name}': key '{key}' is not a "
                           f"shared memory object name (like '/my_region')")
     path = os.path.join(SHM_ROOT, name_in_root)

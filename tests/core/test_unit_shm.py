@@ -101,7 +101,7 @@ def test_register_refuses_a_key_that_escapes_dev_shm(registry, tmp_path):
 
 
 @pytest.mark.parametrize("key", ["", "/", "/a/b", "a/b", "/..", "..", ".", "/.",
-                                 "//naiad-unit-x"])
+                                 "//naiad-unit-x", "/naiad\x00unit"])
 def test_register_refuses_keys_that_are_not_object_names(registry, key):
     message = rejected(lambda: registry.register("in0", key, 0, 4), "'in0'")
     assert f"'{key}'" in message
