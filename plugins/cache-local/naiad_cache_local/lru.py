@@ -9,6 +9,7 @@ operation, never while a response is copied or decoded.
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections import OrderedDict
@@ -19,6 +20,14 @@ from naiad.types import CacheUsage, ResponseCache
 
 #: The settings ``--cache-config local,...`` takes.
 SETTINGS = ("size",)
+
+
+def physical_memory() -> int | None:
+    """This machine's memory in bytes (None where the system does not say)."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return None
 
 
 @dataclass
@@ -47,6 +56,12 @@ class LocalCache(ResponseCache):
         if size < 1:
             raise invalid_arg(f"response cache 'local': size must be at least 1 byte, "
                               f"got {size}")
+        # The budget is filled lazily, so a size no machine has would be no bound at all
+        # (Triton allocates it at once, and fails).
+        memory = physical_memory()
+        if memory is not None and size > memory:
+            raise invalid_arg(f"response cache 'local': size={size} bytes is more than this "
+                              f"machine's memory ({memory} bytes)")
         self.size = size
         self._entries: OrderedDict[bytes, bytes] = OrderedDict()
         self._lock = threading.Lock()
