@@ -243,15 +243,17 @@ class Withdrawable(LightFuture[T]):
 
 
 class LoopWaiter:
-    """Awaits concurrent futures on ``loop``, waking the loop once for results that finish
-    close together. Create it on the loop; call :meth:`wait` on the loop."""
+    """Runs what waits for concurrent futures on ``loop``, waking the loop once for futures
+    that finish close together. Create it on the loop; call :meth:`wait` and
+    :meth:`when_done` on the loop."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
-        # Finished futures waiting for the loop, appended by any thread. A deque and a flag
-        # suffice under the GIL: a finisher that sees the flag set has appended before the
-        # pending delivery empties the deque; one that sees it clear schedules another.
-        self._ready: deque[tuple[asyncio.Future[Any], Future[Any]]] = deque()
+        # Finished futures waiting for the loop, with what to call for each, appended by any
+        # thread. A deque and a flag suffice under the GIL: a finisher that sees the flag
+        # set has appended before the pending delivery empties the deque; one that sees it
+        # clear schedules another.
+        self._ready: deque[tuple[Callable[[Future[Any]], object], Future[Any]]] = deque()
         self._wake_pending = False
 
     def wait(self, future: Future[T]) -> asyncio.Future[T]:
@@ -259,14 +261,20 @@ class LoopWaiter:
         exception, cancelled when it is. Cancelling the asyncio future does not cancel
         ``future``: call ``future.cancel()`` for that."""
         waiter: asyncio.Future[T] = self.loop.create_future()
-        future.add_done_callback(partial(self._finished, waiter))
+        self.when_done(future, partial(_hand_over, waiter))
         return waiter
 
-    def _finished(self, waiter: asyncio.Future[Any], future: Future[Any]) -> None:
+    def when_done(self, future: Future[T], callback: Callable[[Future[T]], object]) -> None:
+        """Call ``callback(future)`` on the loop once ``future`` is done (at once when it is
+        done already); the callback must not raise."""
+        future.add_done_callback(partial(self._finished, callback))
+
+    def _finished(self, callback: Callable[[Future[Any]], object], future: Future[Any]
+                  ) -> None:
         if _running_loop() is self.loop:
-            _hand_over(waiter, future)
+            callback(future)
             return
-        self._ready.append((waiter, future))
+        self._ready.append((callback, future))
         if self._wake_pending:
             return
         self._wake_pending = True
@@ -279,7 +287,8 @@ class LoopWaiter:
         self._wake_pending = False
         ready = self._ready
         while ready:
-            _hand_over(*ready.popleft())
+            callback, future = ready.popleft()
+            callback(future)
 
 
 def _hand_over(waiter: asyncio.Future[Any], future: Future[Any]) -> None:

@@ -84,9 +84,10 @@ async def serve(options: ServerOptions, listeners: Listeners) -> int:
                 log.info("gRPC inference service at %s:%d", listeners.grpc_address,
                          listeners.grpc_port)
             if listeners.allow_http:
-                http = http_listener(listeners.http_server, _http_frontend(server, listeners),
-                                     listeners.http_address, listeners.http_port,
-                                     listeners.reuse_http_port, listeners.http_limits)
+                frontend = _http_frontend(server, listeners)
+                http = http_listener(listeners.http_server, frontend, listeners.http_address,
+                                     listeners.http_port, listeners.reuse_http_port,
+                                     listeners.http_limits, frontend.fast_infer)
                 await http.start()
                 started.append(http)
                 log.info("HTTP service at %s:%d (%s)", listeners.http_address,

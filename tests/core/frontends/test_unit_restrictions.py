@@ -106,6 +106,7 @@ def test_every_http_route_is_guarded_when_every_group_is_restricted():
     routes = frontend.router.routes
     assert routes and all(type(route) is not Route for route in routes)
     assert "_infer" in vars(frontend)
+    assert frontend.fast_infer is None  # the ASGI path checks the inference header
 
 
 def test_restrictions_and_forwarding_cost_nothing_when_off():
@@ -114,7 +115,8 @@ def test_restrictions_and_forwarding_cost_nothing_when_off():
     # (Control POSTs have their content type checked, restricted or not.)
     assert all(type(route) is Route or (route.requirement is None and route.control)
                for route in frontend.router.routes)
-    assert "_infer" not in vars(frontend) and frontend.forwarder is None
+    assert "_infer" not in vars(frontend) and frontend.route.forwarder is None
+    assert frontend.fast_infer is frontend.route  # naiad's protocol may answer inferences
     loop = asyncio.new_event_loop()
     try:
         servicer = InferenceServicer(fake_server(), loop)

@@ -1,11 +1,12 @@
 """The HTTP/REST frontend: Triton's V2 endpoints as one ASGI application.
 
 ``POST .../infer`` is matched by hand before Starlette's router: it is the one path whose
-per-request cost decides throughput. It awaits the future :meth:`InferenceServer.infer`
-returns through a :class:`naiad.futures.LoopWaiter` (one loop wake-up for answers that
-finish together); a decoupled model is refused there (501, as tritonserver), its responses
-are for the generate extension (:mod:`.generate`). Every other endpoint is an ordinary
-Starlette route.
+per-request cost decides throughput (:mod:`.infer` decodes, submits and encodes it; under
+uvicorn a plain one is answered by naiad's protocol without reaching this application,
+:mod:`.protocol`). It awaits the future :meth:`InferenceServer.infer` returns through a
+:class:`naiad.futures.LoopWaiter` (one loop wake-up for answers that finish together); a
+decoupled model is refused there (501, as tritonserver), its responses are for the generate
+extension (:mod:`.generate`). Every other endpoint is an ordinary Starlette route.
 
 Endpoint restrictions (``--http-restricted-api``) are resolved once, when the application
 is built: a route of a restricted API group checks the header before anything else (even
@@ -31,13 +32,19 @@ from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from naiad import logs
-from naiad.classification import classify_response
 from naiad.errors import InferenceServerError, http_status, invalid_arg
 from naiad.frontends.forwarding import header_forwarder
-from naiad.frontends.http.body import compress, decompress, pick_encoding, read_body
-from naiad.frontends.http.codec import HEADER_LENGTH, decode_request, encode_response, error_body
+from naiad.frontends.http.body import read_body
+from naiad.frontends.http.codec import error_body
 from naiad.frontends.http.control import UNSUPPORTED_MEDIA_TYPE, content_type_refusal
 from naiad.frontends.http.generate import GenerateEndpoint
+from naiad.frontends.http.infer import (
+    HEADER_LENGTH_BYTES,
+    InferRoute,
+    failure,
+    infer_headers,
+    split_infer_path,
+)
 from naiad.frontends.http.openapi import PATH as OPENAPI_PATH
 from naiad.frontends.http.openapi import openapi_document
 from naiad.frontends.restrictions import (
@@ -48,7 +55,7 @@ from naiad.frontends.restrictions import (
 )
 from naiad.futures import LoopWaiter
 from naiad.models.staging import file_parameters
-from naiad.server import InferenceServer, answer
+from naiad.server import InferenceServer
 from naiad.shm import cuda_register, cuda_status, cuda_unregister
 from naiad.tracing.exchange import traced_http_call
 from naiad.types import InferenceResponse
@@ -56,11 +63,6 @@ from naiad.types import InferenceResponse
 log = logging.getLogger("naiad.http")
 
 JSON = b"application/json"
-# tritonserver's answer to POST .../infer on a decoupled model (2.51: 501, this body).
-DECOUPLED_STATUS = 501
-DECOUPLED_REFUSAL = ("HTTP end point doesn't support models with decoupled transaction "
-                     "policy")
-_HEADER_LENGTH_BYTES = HEADER_LENGTH.encode()
 
 
 def _json(doc: Any, status: int = 200) -> Response:
@@ -84,9 +86,9 @@ async def _http_exception(request: Request, exc: Exception) -> Response:
 
 
 async def _wait_while_connected(waiter: LoopWaiter, future: Future[InferenceResponse],
-                                receive: Any) -> InferenceResponse | None:
-    """``future``'s response, or None once the client disconnects: the future is then
-    cancelled, so a request still queued is withdrawn and never executes."""
+                                receive: Any) -> bool:
+    """Wait until ``future`` is done (True), or the client disconnects (False): the future
+    is then cancelled, so a request still queued is withdrawn and never executes."""
     pending = waiter.wait(future)
     gone = False
 
@@ -101,25 +103,17 @@ async def _wait_while_connected(waiter: LoopWaiter, future: Future[InferenceResp
 
     watcher = asyncio.ensure_future(watch())
     try:
-        return await pending
+        await pending
     except asyncio.CancelledError:
         if gone:
-            return None
+            return False
         future.cancel()  # this task was cancelled: nobody waits for the request any more
         raise
+    except Exception:  # the future's own failure: the caller answers it
+        pass
     finally:
         watcher.cancel()
-
-
-def _split_infer_path(path: str) -> tuple[str, str] | None:
-    """``/v2/models/M[/versions/V]/infer`` -> (M, V) or None."""
-    parts = path.split("/")
-    # ['', 'v2', 'models', M, 'infer'] or ['', 'v2', 'models', M, 'versions', V, 'infer']
-    if len(parts) == 5 and parts[1] == "v2" and parts[2] == "models":
-        return parts[3], ""
-    if len(parts) == 7 and parts[1] == "v2" and parts[2] == "models" and parts[4] == "versions":
-        return parts[3], parts[5]
-    return None
+    return True
 
 
 # API groups whose POSTs change the server: their content type is checked (.control).
@@ -164,24 +158,28 @@ class HTTPFrontend:
                  header_forward_pattern: str = "") -> None:
         self.server = server
         self.limit = server.options.max_input_size
-        self.max_response_size = server.options.max_response_size
         self.requirements = http_requirements(restricted or {})
-        self.forwarder = header_forwarder(header_forward_pattern)
+        self.route = InferRoute(server, header_forwarder(header_forward_pattern))
         inference = self.requirements.get("inference")
         if inference is not None:
             # Shadows the method for this instance only: unrestricted servers keep the
             # plain hot path.
             guarded = functools.partial(self._restricted_infer, inference)
             self._infer = guarded  # type: ignore[method-assign]
-        # Awaits the futures of inferences on the loop this app runs on (made there).
-        self._waiter: LoopWaiter | None = None
         self.router = Starlette(routes=self._routes(),
                                 exception_handlers={HTTPException: _http_exception})
+
+    @property
+    def fast_infer(self) -> InferRoute | None:
+        """The route naiad's uvicorn protocol may answer plain inferences through
+        (:mod:`.protocol`); None when inference is a restricted API (its header is checked
+        here)."""
+        return None if "inference" in self.requirements else self.route
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
         if scope["type"] == "http" and scope["method"] == "POST" and \
                 scope["path"].endswith("/infer"):
-            names = _split_infer_path(scope["path"])
+            names = split_infer_path(scope["path"])
             if names is not None:
                 if self.server.tracer is None:
                     await self._infer(scope, receive, send, *names)
@@ -201,65 +199,23 @@ class HTTPFrontend:
 
     async def _infer(self, scope: dict, receive: Any, send: Any, model_name: str,
                      version: str) -> None:
-        server = self.server
-        content_length = header_length = None
-        encoding = accept = ""
-        for key, value in scope["headers"]:
-            if key == b"content-length":
-                content_length = int(value) if value.isdigit() else None
-            elif key == _HEADER_LENGTH_BYTES:
-                header_length = value
-            elif key == b"content-encoding":
-                encoding = value.decode("latin-1")
-            elif key == b"accept-encoding":
-                accept = value.decode("latin-1")
+        route = self.route
+        headers = scope["headers"]
+        heads = infer_headers(headers)
         try:
-            model = server.model(model_name, version)
-            if model.decoupled:
-                await _send(send, DECOUPLED_STATUS, error_body(
-                    f"{DECOUPLED_REFUSAL} (model '{model_name}' is decoupled: use "
-                    f"generate_stream or gRPC ModelStreamInfer)"), None, None)
-                return
-            body = await read_body(receive, content_length, self.limit)
-            if encoding:
-                body = decompress(body, encoding, self.limit)
-            if header_length is not None:
-                if not header_length.isdigit():
-                    raise invalid_arg(f"model '{model_name}': Inference-Header-Content-Length "
-                                      f"must be a non-negative integer")
-                header_length = int(header_length)
-            request = decode_request(model_name, model.version, body, header_length,
-                                     server.shared_memory)
-            if self.forwarder is not None:
-                request.parameters.update(self.forwarder.from_http(scope["headers"]))
-            future = server.infer(model, request)
-            waiter = self._waiter
-            if waiter is None or waiter.loop is not asyncio.get_running_loop():
-                waiter = self._waiter = LoopWaiter(asyncio.get_running_loop())
+            model = route.find(model_name, version)
+            body = await read_body(receive, heads.content_length, self.limit)
+            request, future = route.submit(model, heads, body, headers)
             if model.scheduler.holds_requests:
-                response = await _wait_while_connected(waiter, future, receive)
-                if response is None:
+                if not await _wait_while_connected(route.waiter(), future, receive):
                     return  # the client hung up; there is nobody to answer
+                reply = route.outcome(model, request, future, heads.accept)
             else:
-                response = await waiter.wait(future)
-            # The version that ran it (request.model_version): the one found above, or the
-            # one serving in its place when that one retired meanwhile (server._enter).
-            response = classify_response(model, request, answer(request, response))
-            payload, json_length = encode_response(request, response, request.model_version,
-                                                   server.shared_memory,
-                                                   self.max_response_size)
-        except InferenceServerError as exc:
-            await _send(send, http_status(exc), error_body(exc.message), None, None)
-            return
+                reply = route.answer(model, request, await route.waiter().wait(future),
+                                     heads.accept)
         except Exception as exc:  # never let a request kill the connection silently
-            log.exception("inference on model '%s' failed", model_name)
-            await _send(send, 500, error_body(f"model '{model_name}': internal error: "
-                                              f"{type(exc).__name__}: {exc}"), None, None)
-            return
-        content_encoding = pick_encoding(accept) if accept else None
-        if content_encoding is not None:
-            payload = compress(payload, content_encoding)
-        await _send(send, 200, payload, json_length, content_encoding)
+            reply = failure(model_name, exc)
+        await _send(send, *reply)
 
     # --- everything else ----------------------------------------------------------------
 
@@ -511,14 +467,14 @@ async def _refuse(send: Any, requirement: HTTPRequirement) -> None:
     await _send(send, HTTP_REFUSAL_STATUS, requirement.refusal, None, None)
 
 
-async def _send(send: Any, status: int, body: bytes, json_length: int | None,
-                encoding: str | None) -> None:
+async def _send(send: Any, status: int, body: bytes, json_length: int | None = None,
+                encoding: str | None = None) -> None:
     headers = [(b"content-length", str(len(body)).encode())]
     if json_length is None:
         headers.append((b"content-type", JSON))
     else:
         headers.append((b"content-type", b"application/octet-stream"))
-        headers.append((_HEADER_LENGTH_BYTES, str(json_length).encode()))
+        headers.append((HEADER_LENGTH_BYTES, str(json_length).encode()))
     if encoding is not None:
         headers.append((b"content-encoding", encoding.encode()))
     await send({"type": "http.response.start", "status": status, "headers": headers})

@@ -24,7 +24,6 @@ a byte, is closed without an answer, as nginx does.
 from __future__ import annotations
 
 import asyncio
-import functools
 from dataclasses import dataclass
 from typing import Any
 
@@ -187,6 +186,16 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
     # (The parent's methods are called by name, not through super(): these run per request.)
 
     def on_headers_complete(self) -> None:
+        self._check_header_block()
+        HttpToolsProtocol.on_headers_complete(self)
+
+    def on_message_complete(self) -> None:
+        self._message_received()
+        HttpToolsProtocol.on_message_complete(self)
+
+    def _check_header_block(self) -> None:
+        """The limits on a complete header block (raising :class:`_Refused`); then the
+        request's body is read under the body timeout."""
         # Reads before this one, plus this one: more than the header block when the read
         # carries body bytes or another request, so the exact size is taken only then.
         if self._header_bytes + self._read_size > self._max_header_size and \
@@ -202,13 +211,11 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self._header_bytes = 0
         if self._timer is not None:
             self._cancel_timer()
-        HttpToolsProtocol.on_headers_complete(self)
 
-    def on_message_complete(self) -> None:
+    def _message_received(self) -> None:
         self._phase = _DONE
         if self._timer is not None:
             self._cancel_timer()
-        HttpToolsProtocol.on_message_complete(self)
 
     # --- limits ------------------------------------------------------------------------------
 
@@ -281,11 +288,6 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
             self.loop.call_later(LINGER_SECONDS, transport.close)
         else:
             transport.close()
-
-
-def guarded_protocol(limits: HTTPLimits) -> Any:
-    """The protocol factory to give uvicorn's ``Config(http=...)``."""
-    return functools.partial(GuardedHttpToolsProtocol, limits=limits)
 
 
 def hypercorn_settings(limits: HTTPLimits) -> dict[str, Any]:

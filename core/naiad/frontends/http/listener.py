@@ -13,12 +13,9 @@ import socket
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from naiad.frontends.http.limits import (
-    HTTPLimits,
-    HypercornGuard,
-    guarded_protocol,
-    hypercorn_settings,
-)
+from naiad.frontends.http.infer import InferRoute
+from naiad.frontends.http.limits import HTTPLimits, HypercornGuard, hypercorn_settings
+from naiad.frontends.http.protocol import naiad_protocol
 from naiad.sockets import bind_listening_sockets
 
 HTTP_SERVERS = ("uvicorn", "hypercorn")
@@ -27,10 +24,12 @@ REUSE_FLAG = "--reuse-http-port"
 
 
 class UvicornListener:
-    """A uvicorn server that leaves signal handling to naiad."""
+    """A uvicorn server that leaves signal handling to naiad. With ``infer`` (the
+    application's :class:`InferRoute`), naiad's protocol answers plain inferences itself
+    (:mod:`.protocol`); everything else reaches ``app``."""
 
     def __init__(self, app: Any, host: str, port: int, reuse_port: bool = False,
-                 limits: HTTPLimits | None = None) -> None:
+                 limits: HTTPLimits | None = None, infer: InferRoute | None = None) -> None:
         import uvicorn
 
         class Server(uvicorn.Server):
@@ -43,7 +42,7 @@ class UvicornListener:
         # (header size and count, header and body timeouts); the keep-alive is uvicorn's.
         limits = limits or HTTPLimits()
         config = uvicorn.Config(app, host=host, port=port, loop="none",
-                                http=guarded_protocol(limits),
+                                http=naiad_protocol(limits, infer),
                                 timeout_keep_alive=limits.keepalive_timeout,  # type: ignore[arg-type]
                                 lifespan="off", access_log=False, log_level="warning",
                                 timeout_graceful_shutdown=5, proxy_headers=False,
@@ -107,6 +106,10 @@ class HypercornListener:
 
 
 def http_listener(kind: str, app: Any, host: str, port: int, reuse_port: bool = False,
-                   limits: HTTPLimits | None = None) -> UvicornListener | HypercornListener:
-    listener = UvicornListener if kind == "uvicorn" else HypercornListener
-    return listener(app, host, port, reuse_port, limits)
+                  limits: HTTPLimits | None = None, infer: InferRoute | None = None
+                  ) -> UvicornListener | HypercornListener:
+    """The listener of ``--http-server`` ``kind``. ``infer``: see :class:`UvicornListener`
+    (hypercorn serves every request, inferences included, through the ASGI application)."""
+    if kind == "uvicorn":
+        return UvicornListener(app, host, port, reuse_port, limits, infer)
+    return HypercornListener(app, host, port, reuse_port, limits)

@@ -1,0 +1,176 @@
+"""Unit tests of naiad.frontends.http.protocol: which requests naiad's protocol answers itself
+(and which go to the ASGI application), the order of pipelined answers, a disconnect
+withdrawing a held request, and shutdown; driven read by read through a recording transport
+with a stand-in infer route whose futures the test completes."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import Iterator
+from concurrent.futures import Future
+from types import SimpleNamespace
+
+import pytest
+from test_unit_http_limits import Transport
+from uvicorn.config import Config
+from uvicorn.server import ServerState
+
+from naiad.frontends.http.infer import Answer
+from naiad.frontends.http.limits import HTTPLimits
+from naiad.frontends.http.protocol import NaiadHttpProtocol, _Exchange
+from naiad.futures import LoopWaiter
+
+LIMITS = HTTPLimits(max_header_size=4096, max_header_count=20, keepalive_timeout=60,
+                    header_timeout=60, body_timeout=60)
+
+
+class Route:
+    """Stands in for InferRoute: each submitted request's future waits for the test."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, holds_requests: bool = False) -> None:
+        self.server = SimpleNamespace(tracer=None)
+        self.limit = 1024
+        self.loop = loop
+        self.model = SimpleNamespace(name="m", scheduler=SimpleNamespace(
+            holds_requests=holds_requests))
+        self.submitted: list[tuple[bytes, Future]] = []
+
+    def find(self, model_name: str, version: str) -> SimpleNamespace:
+        return self.model
+
+    def submit(self, model, heads, body: bytes, headers) -> tuple[bytes, Future]:
+        future: Future = Future()
+        self.submitted.append((body, future))
+        return body, future
+
+    def waiter(self) -> LoopWaiter:
+        return LoopWaiter(self.loop)
+
+    def outcome(self, model, request: bytes, future: Future, accept: str) -> Answer:
+        return Answer(200, b"answer to " + request)
+
+
+class Connection:
+    def __init__(self, loop: asyncio.AbstractEventLoop, route: Route) -> None:
+        self.loop = loop
+        self.app_paths: list[str] = []
+
+        async def app(scope: dict, receive, send) -> None:
+            while (await receive()).get("more_body"):
+                pass
+            self.app_paths.append(scope["path"])
+            await send({"type": "http.response.start", "status": 200,
+                        "headers": [(b"content-length", b"3")]})
+            await send({"type": "http.response.body", "body": b"app"})
+
+        self.transport = Transport()
+        self.protocol = NaiadHttpProtocol(
+            config=Config(app, lifespan="off", log_level="critical"),
+            server_state=ServerState(), app_state={}, _loop=loop, limits=LIMITS, infer=route)
+        self.protocol.connection_made(self.transport)
+
+    def feed(self, *reads: bytes) -> None:
+        for data in reads:
+            self.protocol.data_received(data)
+            self.settle()
+
+    def settle(self) -> None:
+        self.loop.run_until_complete(asyncio.sleep(0.01))  # let the application run
+
+    def bodies(self) -> list[bytes]:
+        return re.findall(rb"\r\n\r\n(answer to [a-z]*|app)", self.transport.written)
+
+
+@pytest.fixture
+def loop() -> Iterator[asyncio.AbstractEventLoop]:
+    loop = asyncio.new_event_loop()
+    try:
+        yield loop
+    finally:
+        loop.close()
+
+
+def infer(body: bytes = b"x", path: str = "/v2/models/m/infer", extra: bytes = b"",
+          version: bytes = b"1.1") -> bytes:
+    return (b"POST %s HTTP/%s\r\nHost: h\r\nContent-Length: %d\r\n%s\r\n%s"
+            % (path.encode(), version, len(body), extra, body))
+
+
+def test_a_plain_inference_is_answered_without_the_application(loop):
+    route = Route(loop)
+    connection = Connection(loop, route)
+    connection.feed(infer(b"one")[:40], infer(b"one")[40:])
+    assert isinstance(connection.protocol.cycle, _Exchange)
+    route.submitted[0][1].set_result(None)
+    connection.settle()
+    assert connection.bodies() == [b"answer to one"] and connection.app_paths == []
+    assert b"content-type: application/json" in connection.transport.written
+    assert not connection.transport.closed
+
+
+@pytest.mark.parametrize("request_bytes", [
+    infer(path="/v2/models/m/infer?q=1"),
+    infer(path="/v2/models/m%20n/infer"),
+    infer(path="/v2/models/m/ready"),
+    infer(version=b"1.0"),
+    infer(extra=b"Expect: 100-continue\r\n"),
+    infer(b"x" * 2000),  # over the route's limit: the application answers the 413
+    b"POST /v2/models/m/infer HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n"
+    b"1\r\nx\r\n0\r\n\r\n",
+], ids=["query", "escape", "other path", "http/1.0", "expect", "too large", "chunked"])
+def test_other_requests_go_to_the_application(loop, request_bytes):
+    route = Route(loop)
+    connection = Connection(loop, route)
+    connection.feed(request_bytes)
+    assert route.submitted == [] and len(connection.app_paths) == 1
+
+
+def test_pipelined_answers_keep_their_order(loop):
+    route = Route(loop)
+    connection = Connection(loop, route)
+    # An inference, a request for the application and another inference, in one read.
+    connection.feed(infer(b"a") + infer(path="/other") + infer(b"b"))
+    assert connection.bodies() == []  # the first is still running: the others wait
+    route.submitted[0][1].set_result(None)
+    connection.settle()
+    assert connection.bodies() == [b"answer to a", b"app", b"app"]
+    # The third request took the ASGI path (it arrived behind an unanswered one).
+    assert [body for body, _ in route.submitted] == [b"a"]
+    assert connection.app_paths == ["/other", "/v2/models/m/infer"]
+
+
+@pytest.mark.parametrize("holds_requests", [True, False])
+def test_a_disconnect_withdraws_a_held_request_and_nothing_is_written(loop, holds_requests):
+    route = Route(loop, holds_requests)
+    connection = Connection(loop, route)
+    connection.feed(infer())
+    future = route.submitted[0][1]
+    connection.protocol.connection_lost(None)
+    # As the ASGI path: a queued request is withdrawn, a running one finishes unread.
+    assert future.cancelled() is holds_requests
+    if not holds_requests:
+        future.set_result(None)
+    connection.settle()
+    assert connection.bodies() == []
+
+
+def test_shutdown_answers_the_request_in_flight_then_closes(loop):
+    route = Route(loop)
+    connection = Connection(loop, route)
+    connection.feed(infer())
+    connection.protocol.shutdown()
+    assert not connection.transport.closed
+    route.submitted[0][1].set_result(None)
+    connection.settle()
+    assert connection.bodies() == [b"answer to x"]
+    assert b"connection: close\r\n" in connection.transport.written
+    assert connection.transport.closed
+
+
+def test_a_traced_server_takes_the_application_path(loop):
+    route = Route(loop)
+    route.server.tracer = object()
+    connection = Connection(loop, route)
+    connection.feed(infer())
+    assert route.submitted == [] and connection.app_paths == ["/v2/models/m/infer"]
