@@ -42,6 +42,14 @@ _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
 _FILE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
 
 
+# A name (of the model's folder, or of one step of a file parameter's path) takes at most
+# this many bytes in UTF-8, as Linux file systems allow (NAME_MAX).
+MAX_NAME_BYTES = 255
+# A file parameter's path has at most this many steps (folders and the file), so that the
+# folder tree it makes can be removed (and shown) without deep recursion.
+MAX_PATH_DEPTH = 32
+
+
 def file_parameters(params: Mapping[str, object]) -> dict[str, object]:
     """The ``file:`` parameters of a load request, as sent (not decoded)."""
     return {key: value for key, value in params.items() if key.startswith(FILE_PREFIX)}
@@ -70,6 +78,11 @@ def relative_path(model: str, key: str) -> tuple[str, ...]:
         problem = "names no file"
     elif name.rsplit("/", 1)[-1] in ("", "."):  # "1/", "1/."
         problem = "names a folder, not a file"
+    elif len(parts) > MAX_PATH_DEPTH:
+        problem = (f"is {len(parts)} folders and file deep, more than the {MAX_PATH_DEPTH} "
+                   f"allowed")
+    elif any(len(part.encode(errors="surrogatepass")) > MAX_NAME_BYTES for part in parts):
+        problem = f"has a folder or file name longer than {MAX_NAME_BYTES} bytes"
     else:
         return tuple(parts)
     raise invalid_arg(f"failed to load '{model}': load parameter {_shown(key)} {problem}; a "
@@ -109,6 +122,11 @@ def _check_model_name(model: str) -> None:
     if not model or model in (".", "..") or "/" in model or "\\" in model or "\0" in model:
         raise invalid_arg(f"failed to load {_shown(model)}: a model deployed with file "
                           f"parameters needs a name that can name a folder")
+    size = len(model.encode(errors="surrogatepass"))
+    if size > MAX_NAME_BYTES:
+        raise invalid_arg(f"failed to load {_shown(model[:64])}... ({size} bytes): a model "
+                          f"deployed with file parameters needs a name of at most "
+                          f"{MAX_NAME_BYTES} bytes (it names a folder)")
 
 
 def _write(folder: Path, parts: tuple[str, ...], content: bytes) -> None:

@@ -148,14 +148,16 @@ def test_close_removes_the_staging_folder(tmp_path: Path) -> None:
     assert not root.exists() and (tmp_path / "nested" / "dir").exists()
 
 
-def test_a_file_that_cannot_be_written_is_refused_naming_its_parameter(tmp_path: Path
+def test_a_file_name_too_long_to_write_is_refused_naming_its_parameter(tmp_path: Path
                                                                        ) -> None:
+    # Refused before anything is written (issue 32 item 8), with the limit and no path.
     staging = ModelStaging(str(tmp_path))
     with pytest.raises(InferenceServerError) as caught:
         staging.stage("m", {"file:1/" + "x" * 300: b"a"})
     assert caught.value.status is Status.INVALID_ARG
-    assert "could not be written" in caught.value.message
-    assert staging.root is not None and list(staging.root.iterdir()) == []
+    assert "'file:1/xxx" in caught.value.message
+    assert "longer than 255 bytes" in caught.value.message
+    assert staging.root is None
 
 
 def test_the_flags_reach_the_server_options() -> None:
