@@ -425,7 +425,12 @@ class Worker:
         self.connection.send(reply, buffers)
         model = self.model
         if model is not None and model._late:  # responses sent after execute returned
-            model.arm_late()
+            if "failure" in reply:  # the batch failed after all (its outputs): none comes
+                for late in model._late:
+                    late.done = True
+                model._late = []
+            else:
+                model.arm_late()
         batch = header["id"]
         self._done_batch = batch
         if (self._cancelled or self._open) and (
