@@ -19,6 +19,35 @@ from naiad.errors import invalid_arg
 
 LOG_FORMATS = ("default", "ISO8601")
 
+# Control characters (C0, DEL, C1) and the Unicode line separators: each becomes an escape
+# in the values a line shows, so that a value (a model name sent by a client) cannot end
+# the line and forge the next one.
+_CONTROL = {code: f"\\x{code:02x}" for code in (*range(0x20), *range(0x7f, 0xa0))}
+_CONTROL.update({ord("\n"): "\\n", ord("\r"): "\\r", ord("\t"): "\\t",
+                 0x2028: "\\u2028", 0x2029: "\\u2029"})
+
+
+def escaped(value: object) -> object:
+    """``value`` as a log line may show it: numbers as they are, anything else as its text
+    with control characters escaped."""
+    if isinstance(value, (int, float)):
+        return value
+    return str(value).translate(_CONTROL)
+
+
+def message_of(record: logging.LogRecord) -> str:
+    """The record's message with its arguments (the values, not the developer's format
+    string) escaped by :func:`escaped`."""
+    args = record.args
+    if not args:
+        return str(record.msg)
+    if isinstance(args, dict):
+        return str(record.msg) % {key: escaped(value) for key, value in args.items()}
+    try:
+        return str(record.msg) % tuple(escaped(value) for value in args)
+    except (TypeError, ValueError):  # a format that wanted the original types (%r, %x)
+        return record.getMessage().translate(_CONTROL)
+
 
 class TritonLogFormatter(logging.Formatter):
     """tritonserver's line prefixes: ``I1123 16:55:53.123456 4242 naiad.models] ...``
@@ -38,7 +67,7 @@ class TritonLogFormatter(logging.Formatter):
             micros = int((record.created % 1) * 1_000_000)
             prefix = (f"{level}{time.strftime('%m%d %H:%M:%S', local)}.{micros:06d} "
                       f"{record.process} {record.name}] ")
-        text = prefix + record.getMessage()
+        text = prefix + message_of(record)
         if record.exc_info:
             text += "\n" + self.formatException(record.exc_info)
         return text
