@@ -156,7 +156,13 @@ def _read_requirement_file(path: Path, constraints: bool, model_root: Path, wher
     found.files.append((str(resolved.relative_to(model_root)), content))
     folder = resolved.parent
     for line in _logical_lines(content.decode("utf-8-sig", errors="replace")):
-        line = _ENV_VARIABLE.sub(lambda m: os.environ.get(m.group(1)) or m.group(0), line)
+        if variable := _ENV_VARIABLE.search(line):
+            # pip would fill it in from the server's environment (a secret could leave in a
+            # URL, and come back in an error): a model's file must say what it means.
+            raise unavailable(f"{where}: {path} uses the environment variable "
+                              f"{variable.group(0)}, which pip would take from the server's "
+                              f"environment; naiad does not expand variables in "
+                              f"{REQUIREMENTS_FILE}: write the value itself")
         if line.startswith("-"):
             _read_options(line, constraints, folder, model_root, where, found)
             continue
