@@ -44,6 +44,7 @@ def prepared_entry(model_name: str, entry: Path, source: str,
     the entry locked until they end, so no one builds into the same folder at once."""
     ready = entry.with_name(entry.name + ".ready")
     if (info := _finished(entry, ready)) is not None:
+        _check_trusted(model_name, entry, ready)
         log.info("model '%s': reusing %s for %s", model_name, entry, source)
         return info
     try:
@@ -53,6 +54,7 @@ def prepared_entry(model_name: str, entry: Path, source: str,
                           f"{entry.parent}: {exc.strerror}") from None
     with _locked(model_name, entry) as lock_fd:
         if (info := _finished(entry, ready)) is not None:
+            _check_trusted(model_name, entry, ready)
             log.info("model '%s': reusing %s for %s", model_name, entry, source)
             return info
         with contextlib.suppress(FileNotFoundError):
@@ -64,7 +66,9 @@ def prepared_entry(model_name: str, entry: Path, source: str,
         partial = ready.with_name(f"{ready.name}.{os.getpid()}.{threading.get_ident()}")
         try:
             info = build(lock_fd)
+            _restrict(entry)
             partial.write_text(json.dumps(info))
+            os.chmod(partial, 0o644)
             os.replace(partial, ready)  # the entry becomes finished in one step
         except BaseException as exc:
             _remove(model_name, entry)  # the next start must try again, not reuse a half
@@ -83,6 +87,45 @@ def _finished(entry: Path, ready: Path) -> dict[str, str] | None:
     except (OSError, ValueError):
         return None
     return info if isinstance(info, dict) and entry.is_dir() else None
+
+
+def _restrict(entry: Path) -> None:
+    """Make the entry and its ``bin`` folder writable by this user only (an unpacked
+    archive may bring any mode), as :func:`_check_trusted` expects of them."""
+    for path in (entry, entry / "bin"):
+        with contextlib.suppress(FileNotFoundError):
+            found = os.lstat(path)
+            if not stat.S_ISLNK(found.st_mode):
+                os.chmod(path, stat.S_IMODE(found.st_mode) & ~(stat.S_IWGRP | stat.S_IWOTH))
+
+
+def _check_trusted(model_name: str, entry: Path, ready: Path) -> None:
+    """Refuse a finished entry that this server's user did not make: the entry, its
+    ``bin`` folder (where the interpreter that will run is) and its ``.ready`` record must
+    be owned by this user, not be symbolic links, and be writable by no one else. In a
+    cache directory others can write to, an entry planted by another user would otherwise
+    have its ``bin/python`` run as the server's user."""
+    user = os.geteuid()
+    for path in (entry, entry / "bin", ready):
+        try:
+            found = os.lstat(path)
+        except FileNotFoundError:
+            if path.name == "bin":
+                continue  # a conda environment on another layout: the entry itself counts
+            raise unavailable(f"model '{model_name}': the environment cache entry {entry} "
+                              f"lost {path.name} while being read") from None
+        problem = ""
+        if stat.S_ISLNK(found.st_mode):
+            problem = "is a symbolic link"
+        elif found.st_uid != user:
+            problem = f"is owned by user {found.st_uid}, not this server's user {user}"
+        elif found.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+            problem = "is writable by other users"
+        if problem:
+            raise unavailable(f"model '{model_name}': the environment cache entry {entry} is "
+                              f"not used: {path} {problem}. naiad runs only environments its "
+                              f"own user made; remove the entry, or give env-cache-dir a "
+                              f"folder only this user can write to")
 
 
 @contextlib.contextmanager
