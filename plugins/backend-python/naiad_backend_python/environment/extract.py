@@ -11,7 +11,12 @@ whole truth), and the archive is refused, before anything is written, unless:
 
 - every member's name is relative, without ``..``, and names each path once;
 - no member is written through a link: each parent is a directory of the archive;
-- every symbolic link, followed through the archive's other links, stays inside;
+- every symbolic link, followed through the archive's other links, stays inside, except
+  a virtual environment's interpreter links (``bin/python``, ``bin/python3``,
+  ``bin/python3.11``: ``python -m venv`` points them at the absolute path of the Python it
+  was made with), which may be absolute: nothing is written, linked or resolved through
+  them (every parent must be a directory of the archive, every hard link a file of it, and
+  a link that leads through another absolute one is refused);
 - every hard link names a regular file of the archive that comes before it;
 - only files, directories and links (no devices, FIFOs);
 - the regular files' sizes add up to at most ``max_bytes`` (a bound on unpacked size).
@@ -22,6 +27,7 @@ without setuid, setgid, sticky or group/other write bits."""
 from __future__ import annotations
 
 import os
+import re
 import tarfile
 from pathlib import Path
 
@@ -30,6 +36,7 @@ MAX_LINK_HOPS = 40
 COPY_CHUNK_BYTES = 1024 * 1024
 
 _DIR, _FILE, _LINK = "dir", "file", "link"
+_INTERPRETER = re.compile(r"python[0-9.]*")
 
 
 class UnsafeArchive(Exception):
@@ -91,6 +98,8 @@ class _Tree:
                     raise UnsafeArchive(f"the symbolic link '{name}' -> '{target}' passes "
                                         f"through more than {MAX_LINK_HOPS} links")
                 if node[1].startswith("/"):
+                    if not pending and _interpreter_link([*where, part]):
+                        return  # ends at the interpreter (bin/python -> python3 -> /usr/...)
                     raise UnsafeArchive(f"the symbolic link '{name}' -> '{target}' leads "
                                         f"to the absolute path '{node[1]}'")
                 pending[:0] = [p for p in node[1].split("/") if p not in ("", ".")]
@@ -118,7 +127,8 @@ def check_members(members: list[tarfile.TarInfo], max_bytes: int) -> None:
             tree.add(parts, _FILE, "", member.name)
         elif member.issym():
             target = member.linkname
-            if not target or target.startswith("/") or os.path.isabs(target):
+            absolute = target.startswith("/") or os.path.isabs(target)
+            if not target or (absolute and not _interpreter_link(parts)):
                 raise UnsafeArchive(f"the symbolic link '{member.name}' points to the "
                                     f"absolute path '{target}'")
             tree.add(parts, _LINK, target, member.name)
@@ -131,8 +141,13 @@ def check_members(members: list[tarfile.TarInfo], max_bytes: int) -> None:
         else:
             raise UnsafeArchive(f"the member '{member.name}' is a device or a FIFO")
     for key, (kind, target) in tree.nodes.items():
-        if kind == _LINK:
+        if kind == _LINK and not target.startswith("/"):  # absolute: interpreter links only
             tree.resolve(key[:-1], target, "/".join(key))
+
+
+def _interpreter_link(parts: list[str]) -> bool:
+    """Whether a member is a virtual environment's interpreter (``bin/python3``)."""
+    return len(parts) == 2 and parts[0] == "bin" and bool(_INTERPRETER.fullmatch(parts[1]))
 
 
 def _mode(member: tarfile.TarInfo) -> int:
