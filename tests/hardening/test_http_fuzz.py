@@ -68,7 +68,9 @@ def fuzz(server, mode: GenerationMode, examples: int) -> None:
     @given(case=schema.as_strategy(generation_mode=mode))
     def one_request(case) -> None:
         response = case.call(base_url=base_url, session=session, timeout=ANSWER_TIMEOUT_S)
-        assert response.status_code < 500, (
+        # 503 (UNAVAILABLE) is Triton's answer for a version the fuzzer itself unloaded.
+        unloaded = response.status_code == 503 and "is not at ready state" in response.text
+        assert response.status_code < 500 or unloaded, (
             f"{case.method} {case.formatted_path} {case.body!r:.300} -> "
             f"{response.status_code} {response.text[:300]}")
 
