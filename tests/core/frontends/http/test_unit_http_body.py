@@ -109,7 +109,7 @@ def test_identity_is_returned_as_is(encoding):
 
 @pytest.mark.parametrize(("encoding", "packed"), [
     ("gzip", gzip.compress(PAYLOAD)), ("deflate", zlib.compress(PAYLOAD)),
-    (" GZIP ", gzip.compress(PAYLOAD))])
+    (" GZIP ", gzip.compress(PAYLOAD))], ids=["gzip", "deflate", "spaced-GZIP"])
 def test_gzip_and_deflate_are_undone(encoding, packed):
     assert decompress(packed, encoding, LIMIT) == PAYLOAD
 
