@@ -68,8 +68,15 @@ def test_live_at_once_ready_once_loaded_with_progress_in_the_log(tmp_path: Path)
         assert not client.is_model_ready("sleepy")
         tensor = httpclient.InferInput("INPUT0", [1], "FP32")
         tensor.set_data_from_numpy(np.ones(1, np.float32))
-        with pytest.raises(InferenceServerException) as caught:
-            client.infer("sleepy", [tensor])
+        # Its load begins just after the listeners start (a moment later on a busy machine):
+        # until then the model is unknown (404).
+        deadline = time.monotonic() + INITIALIZE_S / 2
+        while True:
+            with pytest.raises(InferenceServerException) as caught:
+                client.infer("sleepy", [tensor])
+            if caught.value.status() != "404" or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
         assert caught.value.status() == "503"
         assert "model 'sleepy' is loading and not ready yet" in caught.value.message()
         with pytest.raises(InferenceServerException) as caught:

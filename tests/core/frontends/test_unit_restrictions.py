@@ -96,7 +96,9 @@ def test_grpc_requirements_cover_only_the_restricted_groups():
 
 
 def fake_server() -> SimpleNamespace:
-    return SimpleNamespace(options=SimpleNamespace(max_input_size=1024, max_response_size=2048),
+    return SimpleNamespace(options=SimpleNamespace(max_input_size=1024, max_response_size=2048,
+                                                   stream_max_buffered_responses=16,
+                                                   stream_max_buffered_responses_total=64),
                            shared_memory=None)
 
 
