@@ -120,8 +120,12 @@ def forget_model(module: types.ModuleType) -> None:
     package_name = module.__name__.rpartition(".")[0]
     if not package_name.startswith(PACKAGE_PREFIX):
         return
-    for name in [n for n in sys.modules if n == package_name or n.startswith(package_name + ".")]:
-        del sys.modules[name]
+    # list(): a copy made without giving up the GIL, for other threads of an in-process
+    # server import while this runs (iterating sys.modules itself failed with "dictionary
+    # changed size during iteration" when 32 threads loaded and unloaded models).
+    for name in [n for n in list(sys.modules)
+                 if n == package_name or n.startswith(package_name + ".")]:
+        sys.modules.pop(name, None)
     if _alias_dir is not None:
         with contextlib.suppress(OSError):
             os.unlink(os.path.join(_alias_dir, package_name))
