@@ -40,7 +40,13 @@ from naiad.errors import InferenceServerError, grpc_status, invalid_arg, unsuppo
 from naiad.frontends.forwarding import header_forwarder
 from naiad.frontends.grpc.codec import ResponseEncoder, decode_request, params_to_dict
 from naiad.frontends.grpc.status import abort
-from naiad.frontends.grpc.stream import OpenStreams, Stream, StreamSettings, call_ender
+from naiad.frontends.grpc.stream import (
+    GRPC_ERROR_HEADER,
+    OpenStreams,
+    Stream,
+    StreamSettings,
+    call_ender,
+)
 from naiad.frontends.restrictions import GRPCRequirement, Restriction, grpc_requirements
 from naiad.frontends.stream_buffer import budget_of
 from naiad.models.staging import file_parameters
@@ -197,13 +203,16 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
             stream = Stream(self.server, self.encoder, forwarded,
                             idle_timeout_s=self.stream_settings.idle_timeout_s,
                             budget=self.response_budget, end_call=call_ender(context))
+            stream.grpc_error = any(
+                key == GRPC_ERROR_HEADER and str(value).lower() == "true"
+                for key, value in context.invocation_metadata())
             if not context.add_callback(stream.call_ended):
                 stream.call_ended()
                 return  # the call is over already
             threading.Thread(target=stream.read, args=(request_iterator,),
                              name="naiad-grpc-stream", daemon=True).start()
             yield from stream.responses()
-            if stream.failure is not None:  # the stream ended itself (idle, overflow)
+            if stream.failure is not None:  # the stream ended itself (idle, overflow, error)
                 abort(context, *stream.failure)
         finally:
             self.open_streams.leave()

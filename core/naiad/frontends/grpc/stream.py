@@ -13,7 +13,9 @@ what comes back. As tritonserver 2.51 does (tests/compat/TRITON_OBSERVED.md, "St
   answers of ordinary models (and refusals) go out in request order;
 - an error puts its message in ``error_message`` and the stream goes on: a request refused
   before it ran gets only its id in ``infer_response``, an error the model's inference
-  produced also gets the model name and ``triton_final_response``.
+  produced also gets the model name and ``triton_final_response``; but when the call's
+  metadata holds ``triton_grpc_error: true``, the first error (refusal or inference error)
+  ends the whole call with that error's gRPC status, its other requests cancelled.
 
 Each request gets a :class:`~naiad.types.Cancellation`: when the call ends before its
 requests did (the client cancelled, the deadline passed, the connection broke), those
@@ -50,7 +52,7 @@ from typing import TYPE_CHECKING, Any
 import grpc
 
 from naiad.classification import classify_response
-from naiad.errors import InferenceServerError, invalid_arg
+from naiad.errors import InferenceServerError, grpc_status, invalid_arg
 from naiad.frontends.grpc.codec import (
     FINAL,
     NOT_FINAL,
@@ -75,6 +77,14 @@ EMPTY_FINAL_PARAMETER = "triton_enable_empty_final_response"
 # What goes on the stream's queue besides (entry, response, final) triples.
 _READER_DONE = object()  # the client sent its last request (or the call broke)
 _CALL_ENDED = object()  # the call ended before its requests did: stop sending
+
+#: The stream header that makes the first error end the whole call with its status.
+GRPC_ERROR_HEADER = "triton_grpc_error"
+
+
+class _EndStream(Exception):
+    """Raised by :meth:`Stream._encode` when an error ends a ``triton_grpc_error`` stream."""
+
 
 #: The default of --grpc-max-streams (streams).
 DEFAULT_MAX_STREAMS = 1024
@@ -146,7 +156,8 @@ class _Entry:
     """One request of the stream and what is known of it so far."""
 
     __slots__ = ("answer", "cancellation", "decoupled", "empty_final", "model",
-                 "model_name", "refusal", "request", "request_id", "stream", "to_shm")
+                 "model_name", "refusal", "refusal_status", "request", "request_id", "stream",
+                 "to_shm")
 
     def __init__(self, message: Any, stream: Stream) -> None:
         self.model_name: str = message.model_name
@@ -160,6 +171,8 @@ class _Entry:
         self.cancellation: Cancellation | None = None
         #: the message of an error that refused the request before it ran
         self.refusal = ""
+        #: the gRPC status of that error (a ``triton_grpc_error`` stream ends with it)
+        self.refusal_status = grpc.StatusCode.INTERNAL
         #: an ordinary model's answer, held until the answers before it are sent
         self.answer: tuple[InferenceResponse | None, bool] | None = None
 
@@ -213,6 +226,9 @@ class Stream:
         self.submitted = 0  # written by the reader only
         self.finished = 0  # written by the generator only
         self.over = False  # every request was answered and the generator returned
+        #: the call's ``triton_grpc_error: true`` header: the first error ends the call
+        #: with its status instead of going out as a message (as tritonserver does)
+        self.grpc_error = False
 
     # --- the reader thread --------------------------------------------------------------
 
@@ -266,6 +282,7 @@ class Stream:
     def _refuse(self, entry: _Entry, exc: Exception, queued: bool = False) -> None:
         if isinstance(exc, InferenceServerError):
             entry.refusal = exc.message
+            entry.refusal_status = grpc_status(exc)
         else:
             log.exception("gRPC stream inference on model '%s' failed", entry.model_name)
             entry.refusal = (f"model '{entry.model_name}': internal error: "
@@ -379,6 +396,8 @@ class Stream:
                 if reader_done and self.finished == self.submitted:
                     self.over = True
                     return
+        except _EndStream:
+            return  # self.failure holds the status; the handler aborts with it
         finally:
             if not self.over:  # the call broke, or grpc closed this generator
                 self._close()
@@ -394,12 +413,16 @@ class Stream:
         if response is not None and self.buffer is not None:
             self.buffer.taken()  # encoded now: the bytes no longer hold its outputs
         if entry.refusal:
+            if self.grpc_error:
+                self._end_with(entry.refusal_status, entry.refusal)
             return stream_error(entry.refusal, entry.request_id)
         if response is None:  # the final flag alone
             if entry.empty_final:
                 return stream_empty_final(entry.model_name, entry.request_id)
             return None
         if response.error is not None:
+            if self.grpc_error:
+                self._end_with(grpc_status(response.error), response.error.message)
             return stream_error(response.error.message, entry.request_id, entry.model_name,
                                 final)
         assert entry.request is not None
@@ -415,3 +438,9 @@ class Stream:
                                 f"{type(exc).__name__}: {exc}", entry.request_id,
                                 entry.model_name, final)
         return stream_response(body + (FINAL if final else NOT_FINAL))
+
+    def _end_with(self, code: grpc.StatusCode, message: str) -> None:
+        """``triton_grpc_error``: end the call with this error's status (the generator's
+        ``finally`` cancels the requests still running)."""
+        self.failure = (code, message)
+        raise _EndStream
