@@ -47,9 +47,6 @@ KNOWN: dict[tuple[str, str], str] = {
         "test.sh lists /dev/shm/triton_python_backend_shm* (Triton's stub regions, of "
         "shm-default-byte-size bytes); naiad's workers name their regions otherwise and "
         "unlink them once mapped, so there is nothing by that name to measure"),
-    ("lifecycle", "test_triton_grpc_error_error_on"): (
-        "the triton_grpc_error: true header of a gRPC stream (end the stream with the error's "
-        "status) is not implemented in naiad's gRPC frontend"),
     ("restart", "server starts"): (
         "restart's model imports c_python_backend_utils (Triton's C++ stub module) for "
         "shared_memory.free_memory(); naiad's worker has no such module"),
