@@ -110,6 +110,8 @@ def test_triton_config_flags_environment_and_unsupported_fields(
     assert f"--model-repository={tmp_path}" in args
     assert "--http-header-forward-pattern=header.*" in args
     assert "--cache-config=local,size=1024" in args
+    # naiad's OpenAI frontend (installed here) stays off: PyTriton has no OpenAI API.
+    assert "--allow-openai=false" in args
     assert ("--http-restricted-api=shared-memory,model-repository,statistics,trace,logging:"
             "triton-access-token=t0k") in args
     with pytest.raises(PyTritonNotSupportedError, match=r"TritonConfig\.allow_sagemaker"):

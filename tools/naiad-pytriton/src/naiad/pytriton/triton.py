@@ -29,6 +29,7 @@ import threading
 import time
 import types
 from collections.abc import Callable, Sequence
+from importlib.metadata import entry_points
 from typing import Any
 
 import cloudpickle
@@ -552,6 +553,10 @@ def serve_arguments(config: TritonConfig, security: TritonSecurityConfig,
             args.append(f"--http-restricted-api={restriction}")
         if config.grpc_restricted_protocol is None:
             args.append(f"--grpc-restricted-protocol={restriction}")
+    # PyTriton serves no OpenAI API: naiad's OpenAI frontend, where installed, would take its
+    # port (9000) and a second Triton() on the host would fail to start on it.
+    if any(entry.name == "openai" for entry in entry_points(group="naiad.frontends")):
+        args.append("--allow-openai=false")
     args += shlex.split(os.environ.get(SERVE_ARGS_ENV, ""))
     return args
 
