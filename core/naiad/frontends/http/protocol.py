@@ -3,9 +3,9 @@
 
 Why: uvicorn gives every request an ASGI cycle (a task, a scope, an Event, ``receive`` and
 ``send`` message dicts), and on the infer route that machinery cost as much as naiad's own
-work. A bare ASGI app on uvicorn answering a fixed body took 75 µs of CPU per request at 8
-connections on one core (136 µs at 1); a bare httptools protocol answering the same, 19 µs
-(72 µs). Here a plain inference goes from the parser's callbacks to
+work. A bare ASGI app on uvicorn answering a fixed body took 61 µs of CPU per request at 8
+connections on one core (270 µs at 1); a bare httptools protocol answering the same, 13 µs
+(64 µs). Here a plain inference goes from the parser's callbacks to
 :class:`.infer.InferRoute` and its answer is written from the future's completion on the
 loop: no task, no coroutine, no message dicts (figures in docs/design.md).
 
