@@ -321,7 +321,9 @@ class ModelManager:
         record = ModelRecord(name, path)
         log.info("loading model '%s' from %s", name, path)
         try:
-            async with progress(f"model '{name}'", "reading its configuration",
+            async with progress(f"model '{name}'", "reading its configuration and completing "
+                                "it with its backend (a Python model's requirements.txt "
+                                "environment is built in this step)",
                                 self.options.progress_s):
                 config, filled, fingerprint = await asyncio.to_thread(
                     configure_and_fingerprint, name, path, config_override, self.options,

@@ -562,3 +562,16 @@ def test_numpy_is_pinned_to_the_servers_unless_the_model_names_it(
     with pytest.raises(InferenceServerError):
         worker_environment("m", model_folder(tmp_path, files), config_with(), settings)
     assert [m for m in messages(caplog) if m.endswith(f"(with {numpy} for the worker)")]
+
+
+def test_a_failed_builds_message_starts_at_pips_failure_not_at_its_notes() -> None:
+    from naiad_backend_python.environment.commands import tail
+
+    output = ["Looking in indexes: https://pypi.org/simple",
+              "ERROR: Ignored the following versions that require a different python "
+              "version: 1.0 Requires-Python >=3.12",
+              "ERROR: Could not find a version that satisfies the requirement nope==9",
+              "ERROR: No matching distribution found for nope==9"]
+    message = tail(output)
+    assert message.startswith("ERROR: Could not find a version"), message
+    assert "Ignored the following" not in message

@@ -34,6 +34,11 @@ ERROR_TAIL_CHARS = 4000
 ERROR_LINE_CHARS = 300
 
 
+#: Lines pip prints as ERROR that are notes, not the failure: the versions it skipped (for
+#: another Python, or yanked) come before the line that says what failed.
+PIP_NOTES = ("ERROR: Ignored the following",)
+
+
 #: How many lines of a build's output are kept to find its error lines in.
 OUTPUT_KEPT_LINES = 400
 
@@ -99,7 +104,8 @@ def tail(lines: list[str]) -> str:
     (pip prints ``ERROR: ...``, a failed build backend ``error: ...``)."""
     lines = [_shortened(line.strip()) for line in lines if line.strip()]
     first_error = next((i for i, line in enumerate(lines)
-                        if line.startswith(("ERROR:", "error:", "Error:"))), None)
+                        if line.startswith(("ERROR:", "error:", "Error:"))
+                        and not line.startswith(PIP_NOTES)), None)
     if first_error is not None:
         lines = lines[first_error:]
     text = " | ".join(lines[-ERROR_TAIL_LINES:]) or "no output"
