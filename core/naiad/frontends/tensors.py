@@ -98,9 +98,16 @@ def _numbers(flat: list, datatype: str) -> np.ndarray:
             data = np.asarray(flat, dtype=dtype)
     except FloatingPointError:
         data = None
-    if data is None or (datatype == "BF16" and np.isinf(data).any()):
+    if data is None or (datatype == "BF16" and _finite_became_infinite(flat, data)):
         raise OverflowError(_float_overflow(flat, datatype))
     return data
+
+
+def _finite_became_infinite(flat: list, data: np.ndarray) -> bool:
+    """Whether a finite value of ``flat`` is infinite in ``data`` (an infinity given as
+    one, by a caller that is not JSON, stays one)."""
+    infinite = np.isinf(data)
+    return bool(infinite.any() and np.isfinite(np.asarray(flat, dtype=np.float64)[infinite]).any())
 
 
 def _float_overflow(flat: list, datatype: str) -> str:

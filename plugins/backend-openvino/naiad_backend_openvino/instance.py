@@ -59,25 +59,23 @@ class OpenVinoModelInstance(ModelInstance):
         feeds = merge_inputs(requests, self.input_names)
         rows = sum(batch_sizes(requests)) if self.max_batch_size > 0 else 0
         padded = self._pad(feeds, rows) if self.fixed_batch else feeds
-        # Inputs are handed to OpenVINO as numpy memory it shares (a read-only view of a
-        # request's body is copied first), held here until the outputs are copied out:
-        # OpenVINO may give an output that aliases an input's memory, and with tensors it
-        # copied itself it crashes when the next batch is smaller (OpenVINO 2026.4).
-        arrays = [_writeable(array, self.input_dtypes[name]) for name, array in padded.items()]
-        for name, array in zip(padded, arrays, strict=True):
-            self.request.set_tensor(name, ov.Tensor(array, shared_memory=True))
+        # Inputs are copied into the infer request's own tensors and outputs copied out
+        # (share_inputs/share_outputs off). Shared input memory (ov.Tensor(...,
+        # shared_memory=True)) answered now and then with freed memory's bytes: the request
+        # keeps its tensors after the call, and an output may alias an input.
+        arrays = [np.ascontiguousarray(array, dtype=self.input_dtypes[name])
+                  for name, array in padded.items()]
         try:
-            self.request.start_async()
-            self.request.wait()
+            answer = self.request.infer(dict(zip(padded, arrays, strict=True)),
+                                        share_inputs=False, share_outputs=False)
         except RuntimeError as exc:
             reason = [line for line in str(exc).splitlines()
                       if line.strip() and not line.startswith("Exception from ")]
             raise InferenceServerError(f"model '{self.model_name}': OpenVINO inference failed: "
                                        f"{(reason or [str(exc)])[0].strip()}",
                                        Status.INVALID_ARG) from None
-        # The infer request reuses its output memory: each result is copied out.
-        results = {name: np.array(self.request.get_tensor(name).data, copy=True)
-                   for name in self.outputs}
+        by_name = {name: value for port, value in answer.items() for name in port.names}
+        results = {name: np.asarray(by_name[name]) for name in self.outputs}
         if self.fixed_batch:
             results = {name: array[:rows] for name, array in results.items()}
         if len(requests) == 1:
@@ -119,9 +117,3 @@ class OpenVinoModelInstance(ModelInstance):
         if self._release is not None:
             self._release()
             self._release = None
-
-
-def _writeable(array: np.ndarray, dtype: np.dtype) -> np.ndarray:
-    """``array`` as a C-contiguous, writeable array of ``dtype`` (copied only if needed)."""
-    array = np.ascontiguousarray(array, dtype=dtype)
-    return array if array.flags.writeable else array.copy()

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from naiad.datatypes import NUMPY_DTYPES, deserialize_bytes, serialize_bytes
+from naiad.errors import InferenceServerError
 from naiad.frontends.tensors import from_list, to_list
 from naiad.types import Tensor
 from naiad.wire_tensors import from_raw, to_raw
@@ -33,7 +34,8 @@ def same_values(a: np.ndarray, b: np.ndarray) -> bool:
         return False
     if a.dtype.kind not in "fV":  # bfloat16 is kind 'V'
         return bool(np.array_equal(a, b))
-    x, y = a.astype(np.float64), b.astype(np.float64)
+    with np.errstate(invalid="ignore"):  # bfloat16's NaN warns when widened
+        x, y = a.astype(np.float64), b.astype(np.float64)
     nan = np.isnan(x)
     return bool(np.array_equal(nan, np.isnan(y))
                 and np.array_equal(x[~nan], y[~nan])
@@ -120,3 +122,10 @@ def test_bytes_tensor_list_round_trip_for_text(shape, data):
     values = to_list(Tensor("T", "BYTES", shape, array))
     assert values == texts
     assert from_list("m", "T", "BYTES", shape, values).data.tolist() == array.tolist()
+
+
+def test_a_bfloat16_infinity_given_as_one_stays_one_and_a_finite_overflow_is_refused() -> None:
+    back = from_list("m", "X", "BF16", (2,), [float("inf"), -1.5])
+    assert np.isinf(back.data[0]) and float(back.data[1]) == -1.5
+    with pytest.raises(InferenceServerError, match="out of range for BF16"):
+        from_list("m", "X", "BF16", (2,), [float("inf"), 1e39])
