@@ -5,9 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import Iterator
 
-import pytest
 from uvicorn.config import Config
 from uvicorn.server import ServerState
 
@@ -52,15 +50,6 @@ class Transport(asyncio.Transport):
 
     def get_extra_info(self, name: str, default: object = None) -> object:
         return default
-
-
-@pytest.fixture
-def loop() -> Iterator[asyncio.AbstractEventLoop]:
-    loop = asyncio.new_event_loop()
-    try:
-        yield loop
-    finally:
-        loop.close()
 
 
 class Connection:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import Iterator
 from concurrent.futures import Future
 from types import SimpleNamespace
 
@@ -80,15 +79,6 @@ class Connection:
 
     def bodies(self) -> list[bytes]:
         return re.findall(rb"\r\n\r\n(answer to [a-z]*|app)", self.transport.written)
-
-
-@pytest.fixture
-def loop() -> Iterator[asyncio.AbstractEventLoop]:
-    loop = asyncio.new_event_loop()
-    try:
-        yield loop
-    finally:
-        loop.close()
 
 
 def infer(body: bytes = b"x", path: str = "/v2/models/m/infer", extra: bytes = b"",
