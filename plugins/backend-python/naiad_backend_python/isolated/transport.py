@@ -6,6 +6,12 @@ first (one thread switch fewer per request). Sends come from any thread and neve
 socket is non-blocking, and what it cannot take at once is queued in order and written
 when it can (``add_writer``). A send that blocked on the loop could deadlock with a worker
 blocked writing its answers, which only the loop reads.
+
+Frames sent on the loop itself are held until the loop has handled every event of its
+current round (``call_soon``), then go in one system call. Sent one by one, each woke the
+worker, which preempted the loop on a shared core to answer that one request: one context
+switch each way per request. Held, the worker wakes once for all the requests that arrived
+together and reads them in one go (issue 26: ``benchmarks/results/``).
 """
 
 from __future__ import annotations
@@ -27,6 +33,8 @@ log = logging.getLogger("naiad.backend.python")
 READ_CHUNK_BYTES = 64 * 1024
 # How long closing waits for the loop to let go of the socket.
 CLOSE_WAIT_S = 5.0
+# Most buffers held for one system call (sendmsg takes at most IOV_MAX = 1024).
+HELD_PARTS_MAX = 512
 
 OnFrame = Callable[[dict, memoryview, list[int]], object]
 
@@ -55,6 +63,9 @@ class LoopTransport:
         self._outgoing: collections.deque[tuple[list[Any], list[int]]] = collections.deque()
         self._writing = False
         self._ended = False
+        # Frames sent on the loop this round, not written yet (see the module's docstring).
+        self._held: list[Any] = []
+        self._loop_thread: int | None = None
 
     def start(self) -> None:
         """Begin reading (from any thread)."""
@@ -62,6 +73,7 @@ class LoopTransport:
         self.loop.call_soon_threadsafe(self._attach)
 
     def _attach(self) -> None:
+        self._loop_thread = threading.get_ident()
         self.loop.add_reader(self._fd, self._readable)
         if self._received:  # bytes read before the loop took over
             self._parse()
@@ -76,16 +88,41 @@ class LoopTransport:
         with self._lock:
             if self._ended:
                 raise wire.PeerGone("the worker's socket is closed")
-            if not self._outgoing:
-                sent = self._send_some(parts, fds)
-                if sent is None:
+            held = self._held
+            if not fds and threading.get_ident() == self._loop_thread:
+                if not held:
+                    self.loop.call_soon(self._release_held)
+                held += parts
+                if len(held) < HELD_PARTS_MAX:
                     return
-                parts, fds = sent
-            # The rest waits for the socket; the descriptors must outlive the caller's.
-            self._outgoing.append((parts, [os.dup(fd) for fd in fds]))
-            if not self._writing:
-                self._writing = True
-                self.loop.call_soon_threadsafe(self.loop.add_writer, self._fd, self._flush)
+                parts = []
+            if held:  # held frames go first, in order
+                parts = held + parts
+                self._held = []
+            self._write(parts, fds)
+
+    def _release_held(self) -> None:
+        """On the loop, after its round: write the frames held during it."""
+        with self._lock:
+            held, self._held = self._held, []
+            if held and not self._ended:
+                try:
+                    self._write(held, ())
+                except wire.PeerGone:
+                    pass  # the reader sees the end of the stream and fails what is pending
+
+    def _write(self, parts: list[Any], fds: Sequence[int]) -> None:
+        """Write ``parts`` now, or queue what the socket does not take (under the lock)."""
+        if not self._outgoing:
+            sent = self._send_some(parts, fds)
+            if sent is None:
+                return
+            parts, fds = sent
+        # The rest waits for the socket; the descriptors must outlive the caller's.
+        self._outgoing.append((parts, [os.dup(fd) for fd in fds]))
+        if not self._writing:
+            self._writing = True
+            self.loop.call_soon_threadsafe(self.loop.add_writer, self._fd, self._flush)
 
     def _send_some(self, parts: list[Any], fds: Sequence[int]
                    ) -> tuple[list[Any], Sequence[int]] | None:
@@ -187,6 +224,7 @@ class LoopTransport:
             self._ended = True
             queued = list(self._outgoing)
             self._outgoing.clear()
+            self._held = []
         for _parts, fds in queued:
             _close_all(fds)
         _close_all(self._fds)
