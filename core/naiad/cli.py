@@ -23,7 +23,9 @@ from naiad.frontends.grpc.options import GRPCOptions
 from naiad.frontends.http.limits import HTTPLimits
 from naiad.frontends.restrictions import parse_restrictions
 from naiad.metrics.config import MetricsConfig, parse_metrics_config
+from naiad.models.limits import ConfigLimits
 from naiad.models.paths import name_problem, repository_problems
+from naiad.models.records import LoadOptions
 from naiad.plugins import ENTRY_POINT_GROUPS, PluginManager, installed_plugins
 from naiad.repository.mirror import MirrorSettings
 from naiad.scheduling.rate_limiter import parse_resource_flag
@@ -125,8 +127,13 @@ def _options(args: argparse.Namespace) -> tuple[ServerOptions, Listeners]:
     given = serve_flags.option_values(args)
     options = ServerOptions(
         **given["server"],
-        rate_limit_resources=[parse_resource_flag(v) for v in args.rate_limit_resource],
-        backend_config=backend_config,
+        load=LoadOptions(
+            **given["load"],
+            limits=ConfigLimits(**given["limits"]),
+            backend_config=backend_config,
+            metrics=_metrics_config(args),
+            rate_limit_resources=[parse_resource_flag(v) for v in args.rate_limit_resource],
+        ),
         freeze_heap=True,
         cache_name=cache_name,
         cache_settings=cache_settings,
@@ -134,7 +141,6 @@ def _options(args: argparse.Namespace) -> tuple[ServerOptions, Listeners]:
             **({"cache_dir": Path(args.repository_cache_dir).expanduser()}
                if args.repository_cache_dir else {}),
             **given["mirror"]),
-        metrics=_metrics_config(args),
         trace=_trace_config(args)[0],
     )
     listeners = Listeners(
@@ -195,8 +201,13 @@ def _check(args: argparse.Namespace) -> list[str]:
             problems.append(str(exc))
     if args.rate_limit_resource and args.rate_limit == "off":
         problems.append("--rate-limit-resource needs --rate-limit=execution_count")
+    # tritonserver's refusals, in its words (its OpenAI frontend's tests compare them)
+    if args.load_model and args.model_control_mode != "explicit":
+        problems.append("Use of '--load-model' requires setting '--model-control-mode=explicit' "
+                        "as well.")
     if args.load_model.count("*") and len(args.load_model) > 1:
-        problems.append("--load-model=* must be the only --load-model")
+        problems.append("--load-model=*: Wildcard model name '*' must be the ONLY startup "
+                        "model if specified at all.")
     if " " in args.model_config_name:
         problems.append("--model-config-name must not contain spaces")
     if args.model_config_name and (name_problem(args.model_config_name)

@@ -4,8 +4,10 @@
 (:func:`markdown_table`; ``tests/core/test_serve_flags.py`` keeps docs/user-guide.md equal).
 
 Adding a flag is one row. A row whose ``option`` is ``"server.FIELD"`` (``ServerOptions``),
-``"listeners.FIELD"`` (``naiad.serve.Listeners``), ``"http_limits.FIELD"``,
-``"grpc.FIELD"`` or ``"mirror.FIELD"`` needs nothing else in ``naiad.cli``; a row without
+``"load.FIELD"`` (its ``load``: ``naiad.models.records.LoadOptions``), ``"limits.FIELD"``
+(the load's ``limits``: ``naiad.models.limits.ConfigLimits``), ``"mirror.FIELD"`` (its
+``repository_mirror``), ``"listeners.FIELD"`` (``naiad.serve.Listeners``),
+``"http_limits.FIELD"`` or ``"grpc.FIELD"`` needs nothing else in ``naiad.cli``; a row without
 one is read by code of its own there (a value turned into something else first). The
 dataclass field it fills keeps the default the table gives (a test checks both agree).
 
@@ -25,7 +27,11 @@ from naiad import logs
 from naiad.frontends.grpc.options import COMPRESSION_LEVELS
 from naiad.frontends.http.limits import HTTPLimits
 from naiad.frontends.http.listener import HTTP_SERVERS
-from naiad.models.limits import DEFAULT_MAX_CONFIG_TENSOR_BYTES, DEFAULT_MAX_PRIORITY_LEVELS
+from naiad.models.limits import (
+    DEFAULT_MAX_CONFIG_TENSOR_BYTES,
+    DEFAULT_MAX_INSTANCES,
+    DEFAULT_MAX_PRIORITY_LEVELS,
+)
 from naiad.models.progress import DEFAULT_PROGRESS_S
 from naiad.models.staging import DEFAULT_MAX_BYTES
 from naiad.plugins import DEFAULT_BACKEND_DIRECTORY
@@ -46,7 +52,7 @@ PLUGINS = "plugins"
 GROUPS = (SERVER, MODEL_REPOSITORY, LISTENERS, RESPONSE_CACHE, TRACING, PROCESS, LOGGING,
           PLUGINS)
 #: Where a flag's value goes: the objects :func:`option_values` fills.
-TARGETS = ("server", "listeners", "http_limits", "grpc", "mirror")
+TARGETS = ("server", "load", "limits", "listeners", "http_limits", "grpc", "mirror")
 
 
 def _backend_config(value: str) -> tuple[str, str, str]:
@@ -137,10 +143,10 @@ FLAGS: tuple[Flag, ...] = (
          dest="model_repository", default=[], metavar="PATH", option="server.model_repositories",
          help="a model repository (repeatable)"),
     Flag(("--strict-model-config",), MODEL_REPOSITORY, common=True, kind="switch", default=False,
-         option="server.strict_model_config",
+         option="load.strict_model_config",
          help="require a complete config.pbtxt; no auto-complete"),
     Flag(("--disable-auto-complete-config",), MODEL_REPOSITORY, kind="true",
-         option="server.disable_auto_complete_config",
+         option="load.disable_auto_complete_config",
          help="do not let backends fill in missing configuration"),
     Flag(("--model-control-mode",), MODEL_REPOSITORY, common=True, default="none",
          choices=("none", "explicit", "poll"), option="server.model_control_mode",
@@ -165,13 +171,13 @@ FLAGS: tuple[Flag, ...] = (
          help="a changed remote model is loaded only when two listings this far apart agree on "
               "its files (default 1; poll mode compares polls)"),
     Flag(("--model-config-name",), MODEL_REPOSITORY, default="", metavar="NAME",
-         option="server.model_config_name",
+         option="load.config_name",
          help="load <model>/configs/NAME.pbtxt instead of config.pbtxt where it exists"),
     Flag(("--model-load-thread-count",), MODEL_REPOSITORY, default=4, type=int, metavar="N",
-         option="server.model_load_thread_count",
+         option="load.load_thread_count",
          help="models loaded at the same time (default 4)"),
     Flag(("--model-load-retry-count",), MODEL_REPOSITORY, default=0, type=int, metavar="N",
-         option="server.model_load_retry_count",
+         option="load.load_retry_count",
          help="how often a failed model load is tried again (default 0)"),
     Flag(("--load-model",), MODEL_REPOSITORY, common=True, kind="append", default=[],
          metavar="NAME",
@@ -195,12 +201,12 @@ FLAGS: tuple[Flag, ...] = (
          help="past --exit-timeout-secs: how long ending the requests left, unloading and "
               "closing the listeners may take before the process exits anyway, naming the "
               "models still running (naiad only; default 10)"),
-    Flag(("--max-instances-per-model",), MODEL_REPOSITORY, default=64, type=int, metavar="N",
-         option="server.max_instances_per_model",
+    Flag(("--max-instances-per-model",), MODEL_REPOSITORY, default=DEFAULT_MAX_INSTANCES,
+         type=int, metavar="N", option="limits.max_instances",
          help="the most instances one model version may have; a larger instance_group fails to "
               "load (naiad only; default 64)"),
     Flag(("--max-priority-levels",), MODEL_REPOSITORY, default=DEFAULT_MAX_PRIORITY_LEVELS,
-         type=int, metavar="N", option="server.max_priority_levels",
+         type=int, metavar="N", option="limits.max_priority_levels",
          help="the most dynamic_batching priority_levels a model may have; more fails its load "
               "(naiad only; default 1000)"),
     Flag(("--max-shared-memory-regions",), SERVER, default=DEFAULT_MAX_SHM_REGIONS,
@@ -213,7 +219,7 @@ FLAGS: tuple[Flag, ...] = (
               'with backend: "NAME"); other backends are installed naiad plugins (default '
               "/opt/tritonserver/backends)"),
     Flag(("--rate-limit",), MODEL_REPOSITORY, default="off", type=str.lower,
-         choices=RATE_LIMIT_MODES, option="server.rate_limit",
+         choices=RATE_LIMIT_MODES, option="load.rate_limit",
          help="execution_count: an instance runs only while the resources its instance_group's "
               "rate_limiter names are free (default off)"),
     Flag(("--rate-limit-resource",), MODEL_REPOSITORY, kind="append", default=[],
@@ -222,12 +228,12 @@ FLAGS: tuple[Flag, ...] = (
               "globally (repeatable; default: the most one instance needs)"),
     Flag(("--max-config-tensor-bytes",), MODEL_REPOSITORY,
          default=DEFAULT_MAX_CONFIG_TENSOR_BYTES, type=int, metavar="BYTES",
-         option="server.max_config_tensor_bytes",
+         option="limits.max_tensor_bytes",
          help="the most bytes of a tensor built from a model configuration (a model_warmup "
               "sample with its batch, a sequence state's initial value); larger fails the load "
               "(naiad only; default 256 MiB)"),
     Flag(("--model-load-progress-secs",), MODEL_REPOSITORY, default=DEFAULT_PROGRESS_S,
-         type=float, metavar="SECONDS", option="server.model_load_progress_secs",
+         type=float, metavar="SECONDS", option="load.progress_s",
          help="a slow load step (configuration, initialize, warmup, repository download) logs "
               "that it still runs this often; 0: never (naiad only; default 10)"),
     Flag(("--load-files-directory",), MODEL_REPOSITORY, default="", metavar="PATH",

@@ -25,17 +25,15 @@ from naiad.datatypes import config_to_datatype
 from naiad.errors import InferenceServerError, Status, invalid_arg, unavailable
 from naiad.metrics.histogram import Histogram
 from naiad.model_client import ServerModels
-from naiad.models.limits import ConfigLimits
 from naiad.models.manager import ModelManager
 from naiad.models.poller import RepositoryPoller
 from naiad.models.progress import progress
-from naiad.models.records import LoadOptions, ModelVersion
+from naiad.models.records import ModelVersion
 from naiad.models.staging import ModelStaging
 from naiad.plugins import PluginManager
 from naiad.repository.mirror import local_folders
 from naiad.repository.scan import scheme_of
 from naiad.response_cache import ServerCache
-from naiad.scheduling.rate_limiter import RateLimiter
 from naiad.server_options import ServerOptions
 from naiad.shm import SharedMemoryRegistry
 from naiad.tracing import TraceManager
@@ -92,22 +90,8 @@ class InferenceServer:
                              for uri in options.model_repositories]
         repositories, mirrors = local_folders(options.model_repositories, self.repositories,
                                               options.repository_mirror)
-        self.models = ModelManager(repositories, self.plugins, LoadOptions(
-            strict_model_config=options.strict_model_config,
-            disable_auto_complete_config=options.disable_auto_complete_config,
-            backend_config=options.backend_config,
-            config_name=options.model_config_name,
-            load_thread_count=options.model_load_thread_count,
-            load_retry_count=options.model_load_retry_count,
-            limits=ConfigLimits(max_instances=options.max_instances_per_model,
-                                max_priority_levels=options.max_priority_levels,
-                                max_tensor_bytes=options.max_config_tensor_bytes),
-            progress_s=options.model_load_progress_secs,
-            track_files=options.model_control_mode == "poll",
-            metrics=options.metrics,
-            rate_limiter=RateLimiter(options.rate_limit_resources)
-            if options.rate_limit == "execution_count" else None,
-        ))
+        self.models = ModelManager(repositories, self.plugins, options.load,
+                                   track_files=options.model_control_mode == "poll")
         self.models.mirrors = mirrors
         self.poller: RepositoryPoller | None = None
         if options.model_control_mode == "poll":
@@ -164,7 +148,7 @@ class InferenceServer:
             self.open()
         mode = self.options.model_control_mode
         async with progress("start-up", "reading the model repositories",
-                            self.options.model_load_progress_secs):
+                            self.options.load.progress_s):
             await self._sync_mirrors()
         if self.poller is not None:
             await self.poller.baseline()

@@ -5,12 +5,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from naiad.metrics.config import MetricsConfig
-from naiad.models.limits import DEFAULT_MAX_CONFIG_TENSOR_BYTES, DEFAULT_MAX_PRIORITY_LEVELS
-from naiad.models.progress import DEFAULT_PROGRESS_S
+from naiad.models.records import LoadOptions
 from naiad.models.staging import DEFAULT_MAX_BYTES
 from naiad.repository.mirror import MirrorSettings
-from naiad.scheduling.rate_limiter import ResourceFlag
 from naiad.shm import DEFAULT_MAX_REGIONS as DEFAULT_MAX_SHM_REGIONS
 from naiad.tracing import TraceConfig
 
@@ -22,34 +19,22 @@ class ServerOptions:
     """Every setting of the server, with Triton's flag names and defaults."""
 
     model_repositories: list[str] = field(default_factory=list)
-    strict_model_config: bool = False
-    disable_auto_complete_config: bool = False
+    # How models load: configuration completion, --backend-config, load threads and
+    # retries, the bounds on a configuration, progress lines, latency metrics, the rate
+    # limiter (naiad.models.records).
+    load: LoadOptions = field(default_factory=LoadOptions)
     exit_on_error: bool = True
     exit_timeout_secs: int = 30
     # naiad only: past --exit-timeout-secs, how long ending the requests left, unloading and
     # closing the listeners may take before the process exits anyway (naiad.lifetime).
     exit_grace_secs: float = 10.0
-    # naiad only: the most instances one model version may have (processes or threads).
-    max_instances_per_model: int = 64
-    # naiad only: the most dynamic_batching priority_levels a model may have, and the most
-    # bytes of a tensor built from a configuration (a warmup sample, a sequence state's
-    # initial value); a larger configuration fails its load (naiad.models.limits).
-    max_priority_levels: int = DEFAULT_MAX_PRIORITY_LEVELS
-    max_config_tensor_bytes: int = DEFAULT_MAX_CONFIG_TENSOR_BYTES
     # naiad only: the most system shared memory regions registered at once (naiad.shm).
     max_shared_memory_regions: int = DEFAULT_MAX_SHM_REGIONS
-    # --rate-limit (off | execution_count) and its --rate-limit-resource counts
-    # (naiad.scheduling.rate_limiter)
-    rate_limit: str = "off"
     # --backend-directory: Triton's Python-based backends (DIR/NAME/model.py)
     backend_directory: str = "/opt/tritonserver/backends"
-    rate_limit_resources: list[ResourceFlag] = field(default_factory=list)
-    # naiad only: seconds between two "still running" lines of a slow load step (0: none).
-    model_load_progress_secs: float = DEFAULT_PROGRESS_S
     strict_readiness: bool = True
     model_control_mode: str = "none"
     load_models: list[str] = field(default_factory=list)
-    backend_config: dict[str, dict[str, str]] = field(default_factory=dict)
     plugins_allowed: list[str] = field(default_factory=list)
     plugins_blocked: list[str] = field(default_factory=list)
     # Triton's --http-max-input-size: the largest request body, after decompression.
@@ -75,18 +60,10 @@ class ServerOptions:
     freeze_heap: bool = False
     # --id: the server's name in its metadata (Triton's default is "triton").
     server_id: str = "naiad"
-    # --model-config-name: load <model>/configs/<name>.pbtxt where it exists.
-    model_config_name: str = ""
-    # Models loaded at once, and how often a failed load is tried again.
-    model_load_thread_count: int = 4
-    model_load_retry_count: int = 0
     # Where and how remote repositories (s3://, gs://, as://) are mirrored.
     repository_mirror: MirrorSettings = field(default_factory=MirrorSettings)
     # --model-control-mode=poll: seconds between two scans of the repositories.
     repository_poll_secs: int = 15
-    # --metrics-config: which latency metrics are recorded (counters, summaries, naiad's
-    # histograms, the first-response histogram) and how (naiad.metrics.config).
-    metrics: MetricsConfig = field(default_factory=MetricsConfig)
     # --cache-config NAME,KEY=VALUE: the response cache's plugin name and its settings
     # ("" for none; models enable it with response_cache { enable: true }).
     cache_name: str = ""

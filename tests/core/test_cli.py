@@ -12,7 +12,6 @@ import tritonclient.grpc as grpcclient
 from zoo import ADD_SUB_CONFIG, ADD_SUB_PY, write_model
 
 from naiad.cli import _options, build_parser
-from naiad.models.records import LoadOptions
 from naiad.testing import naiad_server
 
 
@@ -59,7 +58,7 @@ def test_unnamed_backend_config_reaches_every_backend():
                                       "--backend-config", "python,shm-region-prefix=x",
                                       "--backend-config", "default-max-batch-size=4",
                                       "--backend-config", "onnxruntime,default-max-batch-size=8"])
-    options = LoadOptions(backend_config=_options(args)[0].backend_config)
+    options = _options(args)[0].load
     assert options.settings_for("python") == {"shm-region-prefix": "x",
                                               "default-max-batch-size": "4"}
     assert options.settings_for("onnxruntime") == {"default-max-batch-size": "8"}

@@ -85,7 +85,7 @@ def test_a_tritonserver_command_line_parses_and_passes_the_checks(tmp_path):
     args = build_parser().parse_args(["serve", *argv])
     assert _check(args) == []
     options, listeners = _options(args)
-    assert options.server_id == "triton" and options.model_config_name == "h100"
+    assert options.server_id == "triton" and options.load.config_name == "h100"
     assert listeners.http_restricted["model-repository"] == ("admin", "s3cret")
     assert listeners.grpc.max_connection_age_ms == 60000
 
@@ -110,7 +110,12 @@ def test_refused_flags_are_accepted_at_tritons_default():
     (["--http-restricted-api=inference:a=b", "--http-restricted-api=health,inference:c=d"],
      "API 'inference' is in more than one group"),
     (["--http-header-forward-pattern=x-(["], "not a regular expression"),
-    (["--load-model=*", "--load-model=a"], "--load-model=* must be the only --load-model"),
+    (["--model-control-mode=explicit", "--load-model=*", "--load-model=a"],
+     "Wildcard model name '*' must be the ONLY startup model if specified at all."),
+    (["--load-model=a"],
+     "Use of '--load-model' requires setting '--model-control-mode=explicit' as well."),
+    (["--model-control-mode=poll", "--load-model=a"], "requires setting "
+     "'--model-control-mode=explicit'"),
     (["--model-config-name=a b"], "must not contain spaces"),
     (["--model-load-thread-count=0"], "at least 1"),
     (["--allow-vertex-ai=true", "--allow-sagemaker=true"], "Vertex AI"),

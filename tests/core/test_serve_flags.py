@@ -11,6 +11,8 @@ import pytest
 from naiad.cli import _options, build_parser
 from naiad.frontends.grpc.options import GRPCOptions
 from naiad.frontends.http.limits import HTTPLimits
+from naiad.models.limits import ConfigLimits
+from naiad.models.records import LoadOptions
 from naiad.repository.mirror import MirrorSettings
 from naiad.serve import Listeners
 from naiad.serve_flags import FLAGS, TARGETS, help_text, markdown_table, option_values
@@ -18,8 +20,9 @@ from naiad.server_options import ServerOptions
 
 ROOT = Path(__file__).resolve().parents[2]
 GUIDE = ROOT / "docs" / "user-guide.md"
-DATACLASSES = {"server": ServerOptions, "listeners": Listeners, "http_limits": HTTPLimits,
-               "grpc": GRPCOptions, "mirror": MirrorSettings}
+DATACLASSES = {"server": ServerOptions, "load": LoadOptions, "limits": ConfigLimits,
+               "listeners": Listeners, "http_limits": HTTPLimits, "grpc": GRPCOptions,
+               "mirror": MirrorSettings}
 
 
 def serve_actions() -> dict[str, object]:

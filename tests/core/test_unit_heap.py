@@ -9,6 +9,7 @@ import weakref
 import pytest
 from zoo import ADD_SUB_CONFIG, ADD_SUB_PY, write_model
 
+from naiad.models.records import LoadOptions
 from naiad.server import InferenceServer, ServerOptions
 
 
@@ -50,8 +51,8 @@ async def test_start_load_and_unload_settle_the_heap(tmp_path, monkeypatch):
     # In-process: the model's objects live in this interpreter's heap.
     server = InferenceServer(ServerOptions(model_repositories=[str(tmp_path)],
                                            model_control_mode="explicit",
-                                           freeze_heap=True, backend_config={
-                                               "python": {"execution-mode": "in_process"}}))
+                                           freeze_heap=True, load=LoadOptions(backend_config={
+                                               "python": {"execution-mode": "in_process"}})))
     calls = []
     settle = server.settle_heap
     monkeypatch.setattr(server, "settle_heap", lambda: (calls.append(1), settle()))

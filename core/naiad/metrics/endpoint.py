@@ -135,7 +135,7 @@ def render_metrics(server: InferenceServer, cpu: CpuUtilization | None,
     (``gpu``), of the response cache and, unless ``cpu`` is None
     (``--allow-cpu-metrics=false``), of the host. ``--metrics-config`` decides which latency
     families there are."""
-    config = server.options.metrics
+    config = server.options.load.metrics
     versions = [v for record in sorted(server.models.models.values(), key=lambda r: r.name)
                 for _, v in sorted(record.versions.items())]
     stats: list[ModelStats] = [v.stats for v in versions]

@@ -50,7 +50,7 @@ from naiad.repository.scan import model_config_versions, model_folders
 from naiad.response_cache import ServerCache
 from naiad.scheduling.base import Scheduler, SchedulingContext
 from naiad.scheduling.ensemble_plan import decoupled_steps
-from naiad.scheduling.rate_limiter import RateLimitedWorker
+from naiad.scheduling.rate_limiter import RateLimitedWorker, RateLimiter
 from naiad.types import InferenceClient
 
 log = logging.getLogger("naiad.models")
@@ -68,10 +68,16 @@ class ModelManager:
     """Owns every model of the repositories and answers "which version serves this?"."""
 
     def __init__(self, repositories: list[Path], plugins: PluginManager,
-                 options: LoadOptions) -> None:
+                 options: LoadOptions, track_files: bool = False) -> None:
         self.repositories = repositories
         self.plugins = plugins
         self.options = options
+        # --model-control-mode=poll: remember each version's files, so that a poll can keep
+        # serving a version whose files did not change (a stat per file at every load)
+        self.track_files = track_files
+        #: --rate-limit=execution_count: the server's resource pools (None: off)
+        self.rate_limiter = (RateLimiter(options.rate_limit_resources)
+                             if options.rate_limit == "execution_count" else None)
         self.models: dict[str, ModelRecord] = {}
         #: per-name load/unload serialisation, kept only while in use
         self._locks = NameLocks()
@@ -327,7 +333,7 @@ class ModelManager:
                                 self.options.progress_s):
                 config, filled, fingerprint = await asyncio.to_thread(
                     configure_and_fingerprint, name, path, config_override, self.options,
-                    self.plugins)
+                    self.plugins, self.track_files)
             versions = model_config_versions(name, path, config)
         except InferenceServerError as exc:
             record.states[None] = (UNAVAILABLE, exc.message)
@@ -551,7 +557,7 @@ class ModelManager:
             backend = self.plugins.backend(config.backend, backend_config)
             instances = expand_instance_groups(name, config,
                                                self.options.limits.max_instances)
-            limiter = self.options.rate_limiter
+            limiter = self.rate_limiter
             # the rate limiter's load errors come before any instance starts, as in Triton
             limited = [] if limiter is None else limiter.register(name, version, config,
                                                                     instances)

@@ -19,7 +19,7 @@ from naiad.models.progress import DEFAULT_PROGRESS_S
 from naiad.models.signature import ModelSignature
 from naiad.repository.fingerprint import ModelFingerprint
 from naiad.scheduling.base import Scheduler, SchedulingContext
-from naiad.scheduling.rate_limiter import RateLimiter
+from naiad.scheduling.rate_limiter import ResourceFlag
 
 READY, UNAVAILABLE, LOADING, UNLOADING = "READY", "UNAVAILABLE", "LOADING", "UNLOADING"
 
@@ -71,7 +71,8 @@ class ModelRecord:
 
 @dataclass
 class LoadOptions:
-    """The flags that change how models load."""
+    """The flags that change how models load: ``ServerOptions.load``, filled from the
+    rows of ``naiad.serve_flags`` whose option is ``load.*`` or ``limits.*``."""
 
     strict_model_config: bool = False
     disable_auto_complete_config: bool = False
@@ -89,15 +90,15 @@ class LoadOptions:
     # --model-load-progress-secs: a load step (configuration, initialize, warmup) still
     # running logs that it is, this often (0: never)
     progress_s: float = DEFAULT_PROGRESS_S
-    # --model-control-mode=poll: remember each version's files, so that a poll can keep
-    # serving a version whose files did not change (a stat per file at every load)
-    track_files: bool = False
     # --metrics-config: what each version records beyond its counters (naiad's histograms,
     # Triton's summaries; with histogram_latencies=true, decoupled versions get a
     # first-response histogram, nv_inference_first_response_histogram_ms)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
-    # --rate-limit=execution_count: the server's resource pools (None: off)
-    rate_limiter: RateLimiter | None = None
+    # --rate-limit (off | execution_count) and its --rate-limit-resource counts: with
+    # execution_count the model manager keeps the server's resource pools
+    # (naiad.scheduling.rate_limiter)
+    rate_limit: str = "off"
+    rate_limit_resources: list[ResourceFlag] = field(default_factory=list)
 
     def settings_for(self, backend: str) -> dict[str, str]:
         """The ``--backend-config`` settings one backend sees: the shared ones, overridden

@@ -15,12 +15,13 @@ from naiad.repository.fingerprint import ModelFingerprint, model_fingerprint
 
 
 def configure_and_fingerprint(name: str, path: Path, override: str | None,
-                              options: LoadOptions, plugins: PluginManager
+                              options: LoadOptions, plugins: PluginManager,
+                              track_files: bool
                               ) -> tuple[ModelConfig, list[str], ModelFingerprint | None]:
     """The model's configuration, and (when versions are compared: poll mode) its files'
     fingerprint, taken first: a change made while the configuration is read then shows
     as a difference at the next poll instead of going unnoticed."""
-    fingerprint = model_fingerprint(path) if options.track_files else None
+    fingerprint = model_fingerprint(path) if track_files else None
     config, filled = configure(name, path, override, options, plugins)
     return config, filled, fingerprint
 

@@ -195,5 +195,5 @@ def test_the_command_line_hands_the_settings_to_the_server():
         "--metrics-config=naiad_batch_size_buckets=1,2"])
     assert _check(args) == []
     options = _options(args)[0]
-    assert options.metrics.summary_latencies is True
-    assert options.metrics.batch_size_buckets == (1, 2)
+    assert options.load.metrics.summary_latencies is True
+    assert options.load.metrics.batch_size_buckets == (1, 2)
