@@ -46,9 +46,6 @@ from typing import Any, TypeVar
 
 T = TypeVar("T")
 
-# The loop running on the calling thread, or None (C-fast; no exception when there is none).
-_running_loop = asyncio._get_running_loop
-
 _CANCELLED = (CANCELLED, CANCELLED_AND_NOTIFIED)
 _DONE = (CANCELLED, CANCELLED_AND_NOTIFIED, FINISHED)
 
@@ -249,6 +246,9 @@ class LoopWaiter:
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
+        # Finishers on this thread are on the loop: asking asyncio for the running loop
+        # costs a getpid() system call (it guards against forks).
+        self._loop_thread = threading.get_ident()
         # Finished futures waiting for the loop, with what to call for each, appended by any
         # thread. A deque and a flag suffice under the GIL: a finisher that sees the flag
         # set has appended before the pending delivery empties the deque; one that sees it
@@ -271,7 +271,7 @@ class LoopWaiter:
 
     def _finished(self, callback: Callable[[Future[Any]], object], future: Future[Any]
                   ) -> None:
-        if _running_loop() is self.loop:
+        if threading.get_ident() == self._loop_thread:
             callback(future)
             return
         self._ready.append((callback, future))

@@ -96,11 +96,14 @@ class InferRoute:
         self.forwarder = forwarder
         self._waiter: LoopWaiter | None = None
 
-    def waiter(self) -> LoopWaiter:
-        """The :class:`LoopWaiter` of the running loop (made on first use there)."""
+    def waiter(self, loop: asyncio.AbstractEventLoop | None = None) -> LoopWaiter:
+        """The :class:`LoopWaiter` of ``loop``, the running loop (made on first use there;
+        a caller that knows the loop passes it: asking asyncio costs a system call)."""
+        if loop is None:
+            loop = asyncio.get_running_loop()
         waiter = self._waiter
-        if waiter is None or waiter.loop is not asyncio.get_running_loop():
-            waiter = self._waiter = LoopWaiter(asyncio.get_running_loop())
+        if waiter is None or waiter.loop is not loop:
+            waiter = self._waiter = LoopWaiter(loop)
         return waiter
 
     def find(self, model_name: str, version: str) -> ModelVersion:

@@ -165,7 +165,7 @@ class NaiadHttpProtocol(GuardedHttpToolsProtocol):
             self._answer(exchange, failure(exchange.model_name, exc))
             return
         exchange.model, exchange.request, exchange.future = model, request, future
-        route.waiter().when_done(future, functools.partial(self._finished, exchange))
+        route.waiter(self.loop).when_done(future, functools.partial(self._finished, exchange))
 
     def _finished(self, exchange: _Exchange, future: Future[InferenceResponse]) -> None:
         if exchange.disconnected:

@@ -196,8 +196,12 @@ def tensor_buffer(datatype: str, array: np.ndarray) -> memoryview:
         return memoryview(serialize_bytes(array))
     if not array.flags.c_contiguous:
         array = np.ascontiguousarray(array)
-    # Through a uint8 view: the buffer protocol does not know every dtype (bfloat16).
-    return memoryview(array.reshape(-1).view(np.uint8)) if array.size else memoryview(b"")
+    if not array.size:
+        return memoryview(b"")
+    try:  # the buffer's own bytes: a quarter of the cost of a uint8 view
+        return array.data.cast("B")
+    except ValueError:  # the buffer protocol does not know every dtype (bfloat16)
+        return memoryview(array.reshape(-1).view(np.uint8))
 
 
 class Packer:

@@ -43,8 +43,8 @@ class Route:
         self.submitted.append((body, future))
         return body, future
 
-    def waiter(self) -> LoopWaiter:
-        return LoopWaiter(self.loop)
+    def waiter(self, loop: asyncio.AbstractEventLoop | None = None) -> LoopWaiter:
+        return LoopWaiter(loop or self.loop)
 
     def outcome(self, model, request: bytes, future: Future, accept: str) -> Answer:
         return Answer(200, b"answer to " + request)
