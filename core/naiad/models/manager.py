@@ -321,8 +321,9 @@ class ModelManager:
             record = self.models.get(name)
             if record is not None and record.states.get(None, ("",))[0] == UNAVAILABLE:
                 raise unavailable(record.states[None][1])
-            raise not_found(f"failed to load '{name}': no model folder named '{name}' in "
-                            f"{', '.join(map(str, self.repositories))}")
+            raise not_found(f"failed to load '{name}': failed to poll model '{name}': model "
+                            f"not found in any model repository (no model folder named "
+                            f"'{name}' in {', '.join(map(str, self.repositories))})")
         old = self.models.get(name)
         record = ModelRecord(name, path)
         log.info("loading model '%s' from %s", name, path)

@@ -57,7 +57,7 @@ async def list_models(service: OpenAIService, request: Request) -> Response:
 
 async def get_model(service: OpenAIService, request: Request) -> Response:
     name = request.path_params["model"]
-    service.model(name)  # 404 unless it serves
+    service.model(name, unknown_status=404)
     return json_response(service.model_card(name))
 
 
@@ -66,35 +66,48 @@ def _explicit_control(service: OpenAIService) -> None:
         raise bad_request("Model load/unload requires --model-control-mode=explicit")
 
 
+def _model_name(request: Request) -> str:
+    """The ``{model}`` of a load/unload path; 400 for a name that is no folder name of a
+    repository (``..``, blank, a control character), as Triton's frontend refuses it."""
+    name = request.path_params["model"]
+    if (name in (".", "..") or not name.strip() or "\\" in name
+            or any(ord(char) < 32 or ord(char) == 127 for char in name)):
+        raise bad_request(f"Invalid model name: {name!r}. Model names must be valid "
+                          f"file-system-path segment names.")
+    return name
+
+
 async def load_model(service: OpenAIService, request: Request) -> Response:
     """Triton's frontend's answers: 400 for a model already loaded, 500 for one the
     repository does not hold, 400 for the rest of the failures."""
-    name = request.path_params["model"]
     _explicit_control(service)
-    if name in service.ready_models():
-        raise bad_request(f"Model '{name}' is already loaded")
-    try:
-        await service.server.load_model(name)
-    except InferenceServerError as exc:
-        if exc.status == Status.NOT_FOUND:
-            raise server_error(f"failed to poll from model repository: {exc.message}") \
-                from None
-        raise bad_request(exc.message) from None
-    service.created.pop(name, None)
-    return json_response(service.model_card(name))
+    name = _model_name(request)
+    async with service.management_lock:
+        if name in service.ready_models():
+            raise bad_request(f"Model '{name}' is already loaded")
+        try:
+            await service.server.load_model(name)
+        except InferenceServerError as exc:
+            if exc.status == Status.NOT_FOUND:
+                raise server_error(f"failed to poll from model repository: {exc.message}") \
+                    from None
+            raise bad_request(exc.message) from None
+        service.created.pop(name, None)
+        return json_response(service.model_card(name))
 
 
 async def unload_model(service: OpenAIService, request: Request) -> Response:
-    name = request.path_params["model"]
     _explicit_control(service)
-    if name not in service.ready_models():
-        raise bad_request(f"Unknown model: {name}")
-    try:
-        await service.server.unload_model(name)
-    except InferenceServerError as exc:
-        raise bad_request(exc.message) from None
-    service.created.pop(name, None)
-    return json_response({"status": "success", "model": name})
+    name = _model_name(request)
+    async with service.management_lock:
+        if name not in service.ready_models():
+            raise bad_request(f"Unknown model: {name}")
+        try:
+            await service.server.unload_model(name)
+        except InferenceServerError as exc:
+            raise bad_request(exc.message) from None
+        service.created.pop(name, None)
+        return json_response({"status": "success", "model": name})
 
 
 async def health_ready(service: OpenAIService, request: Request) -> Response:

@@ -41,18 +41,25 @@ class OpenAIService:
         self.created: dict[str, int] = {}
         #: id(version) -> (the version, its format): read once per loaded version
         self._formats: dict[int, tuple[Any, ModelFormat]] = {}
+        #: held by POST /v1/models/{name}/load and /unload: one at a time, as Triton's
+        #: frontend does, so that of concurrent loads of one model one succeeds and the
+        #: others find it loaded (400)
+        self.management_lock = asyncio.Lock()
 
     # --- models ---------------------------------------------------------------------
 
-    def model(self, name: str) -> tuple[Any, ModelFormat]:
-        """The serving version of model ``name`` and its tensor format (404 when unknown)."""
+    def model(self, name: str, unknown_status: int = 400) -> tuple[Any, ModelFormat]:
+        """The serving version of model ``name`` and its tensor format. An unknown model is
+        ``unknown_status``: 400 for a request that names it (Triton's frontend answers a
+        completion for a model it does not serve with a ClientError), 404 for
+        ``GET /v1/models/{name}``."""
         try:
             model = self.server.model(name)
         except InferenceServerError as exc:
             error = from_server_error(exc)
             if error.status == 404:
                 message = f"Unknown model: {name}"
-                raise OpenAIError(404, message, "model_not_found", "model",
+                raise OpenAIError(unknown_status, message, "model_not_found", "model",
                                   detail=message) from None
             raise error from None
         found = self._formats.get(id(model))

@@ -156,8 +156,12 @@ def test_named_and_required_tool_choice(openai_server: OpenAIServer) -> None:
 
 def test_errors_as_openai_clients_expect(openai_server: OpenAIServer) -> None:
     client = openai_server.client()
-    with pytest.raises(openai.NotFoundError):
+    # Triton's frontend: a request naming a model it does not serve is a 400 "Unknown
+    # model" (a ClientError); GET /v1/models/nope is the 404
+    with pytest.raises(openai.BadRequestError) as unknown:
         client.chat.completions.create(model="nope", messages=MESSAGES)
+    assert unknown.value.body["message"] == "Unknown model: nope"  # type: ignore[index]
+    assert unknown.value.code == "model_not_found"
     with pytest.raises(openai.BadRequestError) as error:
         client.chat.completions.create(model="mock_llm", messages=MESSAGES, n=2)
     assert "only single choice" in error.value.message

@@ -77,6 +77,16 @@ _RENAMED = {"--backend": "--openai-request-format", "--host": "--openai-address"
 _DROPPED = {"--enable-kserve-frontends"}
 
 
+def _as_triton_prints_it(output: str) -> str:
+    """The output of a ``naiad serve`` that did not start, with each usage error also in the
+    framing Triton's ``main.py`` and tritonserver print it in (``Error: MESSAGE`` where
+    naiad prints ``naiad serve: error: MESSAGE``): the message itself is naiad's."""
+    prefix = "naiad serve: error: "
+    extra = [f"Error: {line[len(prefix):]}" for line in output.splitlines()
+             if line.startswith(prefix)]
+    return "\n".join([output, *extra])
+
+
 class OpenAIServer:
     API_KEY = "EMPTY"
 
@@ -90,7 +100,10 @@ class OpenAIServer:
                "--grpc-port", "{grpc_port}", "--metrics-address", "127.0.0.1",
                "--metrics-port", "{metrics_port}", "--openai-port", str(self.port), *args]
         self.process = ServerProcess(cmd, env=env, ready_timeout=120 * SECONDS)
-        self.process.start()  # a server that exits raises RuntimeError with its output
+        try:
+            self.process.start()  # a server that exits raises RuntimeError with its output
+        except RuntimeError as exc:
+            raise RuntimeError(_as_triton_prints_it(str(exc))) from None
 
     def __enter__(self) -> OpenAIServer:
         return self
