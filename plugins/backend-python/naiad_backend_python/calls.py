@@ -13,8 +13,6 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import Future
 from typing import Any
 
-import numpy as np
-
 from naiad.errors import InferenceServerError
 from naiad.types import (
     Cancellation,
@@ -24,10 +22,8 @@ from naiad.types import (
     RequestedOutput,
     Tensor,
 )
+from naiad_backend_python.responses import Wired
 from naiad_backend_python.stub import triton_python_backend_utils as pb_utils
-
-#: One tensor as it travels: (name, V2 datatype, array).
-Wired = tuple[str, str, np.ndarray]
 
 
 def server_request(call: dict[str, Any], inputs: Iterable[Wired],

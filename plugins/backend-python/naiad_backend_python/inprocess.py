@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
-from naiad.errors import InferenceServerError, Status, unavailable
+from naiad.errors import InferenceServerError, unavailable
 from naiad.types import (
     InferenceClient,
     InferenceRequest,
@@ -21,11 +21,11 @@ from naiad.types import (
     Tensor,
 )
 from naiad_backend_python.calls import InProcessCalls
+from naiad_backend_python.responses import model_response, status_named
 from naiad_backend_python.stub import naiad_stub_runner as runner
 from naiad_backend_python.stub import triton_python_backend_utils as pb_utils
 
 log = logging.getLogger("naiad.backend.python")
-_Response = InferenceResponse
 
 
 class InProcessInstance(ModelInstance):
@@ -61,7 +61,7 @@ class InProcessInstance(ModelInstance):
         except runner.BatchFailure as exc:
             # A failed batch is raised, not answered: the core counts it as a failure.
             log.error("%s", exc.message)
-            raise InferenceServerError(exc.message, Status[exc.status]) from None
+            raise InferenceServerError(exc.message, status_named(exc.status)) from None
         return [_response(result) for result in results]
 
     def close(self) -> None:
@@ -71,14 +71,10 @@ class InProcessInstance(ModelInstance):
                       self.runner.instance_name, error)
 
 
-
 def _response(result: runner.Result) -> InferenceResponse:
     outputs, parameters, error = result
-    if error is not None:
-        return _Response(error=InferenceServerError(error[1], Status[error[0]]))
-    tensors = [Tensor(name, datatype, array.shape, array) for name, datatype, array in outputs]
-    return (_Response(outputs=tensors, parameters=parameters) if parameters
-            else _Response(outputs=tensors))
+    return model_response([Tensor(name, datatype, array.shape, array)
+                           for name, datatype, array in outputs], parameters, error)
 
 
 def _emit(request: InferenceRequest, result: runner.Result | None, final: bool) -> None:

@@ -27,6 +27,7 @@ from naiad.errors import InferenceServerError, Status, unavailable
 from naiad.types import InferenceClient, InferenceRequest, InferenceResponse, Tensor
 from naiad_backend_python.isolated.calls import Handler, ServerCalls
 from naiad_backend_python.isolated.transport import LoopTransport
+from naiad_backend_python.responses import model_response, status_named
 from naiad_backend_python.stub import naiad_stub_wire as wire
 
 log = logging.getLogger("naiad.backend.python")
@@ -465,15 +466,12 @@ class WorkerChannel:
     def _response(self, body: dict, payload: memoryview, region: wire.Region | None
                   ) -> InferenceResponse:
         error = body.get("error")
-        if error is not None:
-            return InferenceResponse(error=InferenceServerError(error[1], _status(error[0])))
         outputs = []
-        for descriptor in body.get("outputs", ()):
-            name, datatype, array = wire.unpack(descriptor, region, payload, copy=False)
-            outputs.append(Tensor(name, datatype, array.shape, array))
-        parameters = body.get("parameters")
-        return (InferenceResponse(outputs=outputs, parameters=parameters) if parameters
-                else InferenceResponse(outputs=outputs))
+        if error is None:
+            for descriptor in body.get("outputs", ()):
+                name, datatype, array = wire.unpack(descriptor, region, payload, copy=False)
+                outputs.append(Tensor(name, datatype, array.shape, array))
+        return model_response(outputs, body.get("parameters"), error)
 
     def _ended(self) -> None:
         """On the loop: the stream ended. Failing the batches may wait for the process's
@@ -557,7 +555,7 @@ class WorkerChannel:
         if failure is not None:
             status, message = failure
             log.error("%s", message)
-            raise InferenceServerError(message, _status(status))
+            raise InferenceServerError(message, status_named(status))
         responses: list[Any] = []
         output_bytes = 0
         deferred = False
@@ -567,18 +565,13 @@ class WorkerChannel:
                 deferred = True
                 continue
             error = answer.get("error")
-            if error is not None:
-                responses.append(InferenceResponse(
-                    error=InferenceServerError(error[1], _status(error[0]))))
-                continue
             outputs = []
-            for descriptor in answer["outputs"]:
-                name, datatype, array = wire.unpack(descriptor, region, payload, copy=True)
-                output_bytes += wire.align(descriptor[5])
-                outputs.append(Tensor(name, datatype, array.shape, array))
-            parameters = answer.get("parameters")
-            responses.append(InferenceResponse(outputs=outputs, parameters=parameters)
-                             if parameters else InferenceResponse(outputs=outputs))
+            if error is None:
+                for descriptor in answer["outputs"]:
+                    name, datatype, array = wire.unpack(descriptor, region, payload, copy=True)
+                    output_bytes += wire.align(descriptor[5])
+                    outputs.append(Tensor(name, datatype, array.shape, array))
+            responses.append(model_response(outputs, answer.get("parameters"), error))
         if region is not None:
             self._output_hint = output_bytes
         if deferred:
@@ -629,13 +622,6 @@ class _Deferred(NamedTuple):
     """A batch's responses with None where a response comes after the result."""
 
     responses: list[InferenceResponse | None]
-
-
-def _status(name: str) -> Status:
-    try:
-        return Status[name]
-    except KeyError:
-        return Status.INTERNAL
 
 
 def _free_space(directory: str) -> str:
