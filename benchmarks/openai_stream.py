@@ -79,7 +79,7 @@ def start_server(repository: Path) -> tuple[subprocess.Popen, dict[str, int]]:
          "--http-address", "127.0.0.1", "--grpc-address", "127.0.0.1",
          "--metrics-address", "127.0.0.1", "--http-port", str(ports["http"]),
          "--grpc-port", str(ports["grpc"]), "--metrics-port", str(ports["metrics"]),
-         "--openai-port", str(ports["openai"]),
+         "--allow-openai", "--openai-port", str(ports["openai"]),
          "--tokenizer", str(write_tokenizer(repository.parent / "tokenizer"))],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     import requests

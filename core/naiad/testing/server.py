@@ -27,6 +27,9 @@ SECONDS = 1.0
 #: frontend plugins that listen on a port of their own: ``naiad.frontends`` entry point name
 #: -> the flag that sets its port. A test server gets a free one (see ``ServerProcess``).
 FRONTEND_PORT_FLAGS = {"openai": "--openai-port"}
+#: ... and the flag that turns the frontend on (off by default: ``--allow-openai``)
+FRONTEND_SWITCHES = {"openai": "--allow-openai"}
+_TRUE = ("true", "1", "on", "yes")
 
 
 def free_port() -> int:
@@ -36,10 +39,28 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def installed_frontend_port_flags() -> list[str]:
-    """The port flags of the installed frontend plugins (``FRONTEND_PORT_FLAGS``)."""
+def installed_frontend_port_flags(cmd: Sequence[str] | None = None) -> list[str]:
+    """The port flags of the installed frontend plugins (``FRONTEND_PORT_FLAGS``); with
+    ``cmd``, only those of the frontends ``cmd`` turns on (``FRONTEND_SWITCHES``)."""
     installed = {entry.name for entry in entry_points(group="naiad.frontends")}
-    return [flag for name, flag in FRONTEND_PORT_FLAGS.items() if name in installed]
+    return [flag for name, flag in FRONTEND_PORT_FLAGS.items() if name in installed
+            and (cmd is None or _switched_on(list(cmd), FRONTEND_SWITCHES[name]))]
+
+
+def _switched_on(cmd: list[str], switch: str) -> bool:
+    """Whether ``cmd`` gives ``switch`` a true value (``--allow-openai``, ``=true``, ``true``);
+    the last one given wins, as in argparse."""
+    on = False
+    for i, part in enumerate(cmd):
+        name, eq, value = part.partition("=")
+        if name != switch:
+            continue
+        if eq:
+            on = value.strip().lower() in _TRUE
+        else:  # alone it is true; a following boolean word is its value
+            following = cmd[i + 1].strip().lower() if i + 1 < len(cmd) else ""
+            on = following not in ("false", "0", "off", "no")
+    return on
 
 
 def runs_naiad_serve(cmd: Sequence[str]) -> bool:
@@ -67,9 +88,10 @@ class ServerProcess:
     """A server started as ``cmd`` (a list; ``{http_port}``-style placeholders are filled:
     ``http_port``, ``grpc_port``, ``metrics_port``, ``openai_port``).
 
-    A ``naiad serve`` command that names no port for an installed frontend plugin (the
-    OpenAI API's ``--openai-port``) gets ``openai_port``, a free one: two test servers never
-    contend for a plugin's default port (9000), which the second could not bind.
+    A ``naiad serve`` command that turns on an installed frontend plugin (``--allow-openai``)
+    and names no port for it (the OpenAI API's ``--openai-port``) gets ``openai_port``, a
+    free one: two test servers never contend for a plugin's default port (9000), which the
+    second could not bind.
 
     ``start()`` waits until ``GET /v2/health/ready`` (sent with ``ready_headers``, for a
     server whose health API is restricted) answers 200 (or ``ready_status``), the process
@@ -101,7 +123,7 @@ class ServerProcess:
         }
         cmd = list(cmd)
         if runs_naiad_serve(cmd):
-            cmd += [f"{flag}={{openai_port}}" for flag in installed_frontend_port_flags()
+            cmd += [f"{flag}={{openai_port}}" for flag in installed_frontend_port_flags(cmd)
                     if not any(part.split("=")[0] == flag for part in cmd)]
         self.cmd = [part.format(**ports) for part in cmd]
         self.env = {**os.environ, **(env or {})}
@@ -188,7 +210,8 @@ class ServerProcess:
 def naiad_server(*args: str, env: dict[str, str] | None = None,
                  **kwargs: object) -> Iterator[ServerProcess]:
     """``naiad serve ARGS`` on free loopback ports (HTTP, gRPC, metrics, and the OpenAI
-    API's where that plugin is installed: ``openai_port``), ready on entry.
+    API's where that plugin is installed and ``--allow-openai`` given: ``openai_port``),
+    ready on entry.
 
     ``NAIAD_TEST_SERVE_ARGS`` in the environment adds flags to every server a suite starts
     (e.g. ``--frontend-processes=2``: the same suite against another process layout)."""

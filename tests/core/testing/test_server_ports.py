@@ -1,5 +1,6 @@
 """naiad.testing's ServerProcess gives every ``naiad serve`` it starts a free port of its own
-for each installed frontend plugin, so that test servers never contend for 9000."""
+for each installed frontend plugin the command turns on, so that test servers never contend
+for 9000."""
 
 from __future__ import annotations
 
@@ -18,13 +19,20 @@ def test_naiad_serve_commands_are_told_apart_from_others() -> None:
     assert not runs_naiad_serve([sys.executable, "-m", "naiad", "plugins"])
 
 
-def test_a_naiad_server_gets_a_free_openai_port_unless_it_names_one() -> None:
+def test_a_naiad_server_gets_a_free_openai_port_when_it_serves_the_api() -> None:
     if "--openai-port" not in installed_frontend_port_flags():
         pytest.skip("naiad-frontend-openai is not installed")
     serve = [sys.executable, "-m", "naiad", "serve"]
-    process = ServerProcess(serve)
-    assert process.cmd == [*serve, f"--openai-port={process.openai_port}"]
-    assert ServerProcess([*serve, "--openai-port", "1234"]).cmd == [
-        *serve, "--openai-port", "1234"]
-    assert ServerProcess([*serve, "--openai-port=1234"]).cmd == [*serve, "--openai-port=1234"]
-    assert ServerProcess(["tritonserver"]).cmd == ["tritonserver"]
+    assert ServerProcess(serve).cmd == serve  # the OpenAI API is off unless asked for
+    for on in (["--allow-openai"], ["--allow-openai=true"], ["--allow-openai", "yes"],
+               ["--allow-openai", "--x"], ["--allow-openai=false", "--allow-openai"]):
+        process = ServerProcess([*serve, *on])
+        assert process.cmd == [*serve, *on, f"--openai-port={process.openai_port}"], on
+    for off in (["--allow-openai=false"], ["--allow-openai", "no"],
+                ["--allow-openai", "--allow-openai=0"]):
+        assert ServerProcess([*serve, *off]).cmd == [*serve, *off], off
+    on = [*serve, "--allow-openai"]
+    assert ServerProcess([*on, "--openai-port", "1234"]).cmd == [*on, "--openai-port", "1234"]
+    assert ServerProcess([*on, "--openai-port=1234"]).cmd == [*on, "--openai-port=1234"]
+    assert ServerProcess(["tritonserver", "--allow-openai"]).cmd == ["tritonserver",
+                                                                    "--allow-openai"]

@@ -47,8 +47,8 @@ def serve_openai(repository: Path, *args: str, env: dict[str, str] | None = None
                  ) -> Iterator[OpenAIServer]:
     """``naiad serve`` over ``repository`` with the OpenAI API on a free port (the one
     naiad.testing gives every test server)."""
-    with naiad_server("--model-repository", str(repository), *args, env=env,
-                      ready_timeout=120) as process:
+    with naiad_server("--model-repository", str(repository), "--allow-openai", *args,
+                      env=env, ready_timeout=120) as process:
         server = OpenAIServer(process, process.openai_port, repository)
         try:
             yield server

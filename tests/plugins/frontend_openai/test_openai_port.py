@@ -39,7 +39,7 @@ def test_a_taken_openai_port_stops_the_server_naming_the_flag(tmp_path: Path) ->
              "--http-address=127.0.0.1", "--grpc-address=127.0.0.1",
              "--metrics-address=127.0.0.1", f"--http-port={free_port()}",
              f"--grpc-port={free_port()}", f"--metrics-port={free_port()}",
-             f"--openai-port={port}"],
+             "--allow-openai", f"--openai-port={port}"],
             capture_output=True, text=True, timeout=60 * SECONDS)
     output = done.stdout + done.stderr
     assert done.returncode == 1, output
@@ -52,8 +52,8 @@ def test_a_taken_openai_port_stops_the_server_naming_the_flag(tmp_path: Path) ->
 def test_with_the_flag_the_server_shares_the_port(tmp_path: Path) -> None:
     port = free_port()
     with holder(port, reuse_port=True) as other, \
-            naiad_server("--model-repository", str(tmp_path), f"--openai-port={port}",
-                         "--reuse-openai-port") as server:
+            naiad_server("--model-repository", str(tmp_path), "--allow-openai",
+                         f"--openai-port={port}", "--reuse-openai-port") as server:
         other.close()  # every new connection now reaches the server
         client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="EMPTY")
         with client:

@@ -107,6 +107,25 @@ def test_body_limit_reads_within_its_time() -> None:
     assert sent[0]["status"] == 408
 
 
+def test_openai_flags_given_while_the_api_is_off_are_named_in_a_warning(caplog) -> None:
+    from naiad.cli import build_parser
+    from naiad.plugins import PluginManager
+
+    plugins = PluginManager()
+    plugins.load_frontends()
+    for off in ([], ["--allow-openai=false"]):
+        caplog.clear()
+        options = build_parser().parse_args(["serve", "--model-repository", "/tmp", *off,
+                                             "--tokenizer", "t", "--openai-port=9001"])
+        assert plugins.frontends(options) == []
+        assert ("--openai-port, --tokenizer: the OpenAI API is off, so these change nothing; "
+                "add --allow-openai to serve it") in caplog.text
+    caplog.clear()
+    assert plugins.frontends(build_parser().parse_args(
+        ["serve", "--model-repository", "/tmp"])) == []
+    assert "OpenAI" not in caplog.text  # nothing given, nothing said
+
+
 def test_the_frontend_hooks_add_flags_and_build_the_frontend() -> None:
     from naiad.cli import build_parser
     from naiad.plugins import PluginManager
@@ -114,11 +133,13 @@ def test_the_frontend_hooks_add_flags_and_build_the_frontend() -> None:
     def parse(*flags: str):
         return build_parser().parse_args(["serve", "--model-repository", "/tmp", *flags])
 
-    options = parse("--openai-port", "1234", "--tool-call-parser", "mistral")
+    options = parse("--allow-openai", "--openai-port", "1234", "--tool-call-parser", "mistral")
     assert options.openai_port == 1234 and options.tool_call_parser == "mistral"
     plugins = PluginManager()
     assert plugins.load_frontends() == ["openai"]
     assert len(plugins.frontends(options)) == 1
+    assert len(plugins.frontends(parse("--allow-openai=true"))) == 1
+    assert plugins.frontends(parse()) == []  # off unless asked for, as tritonserver
     assert plugins.frontends(parse("--allow-openai=false")) == []
     assert PluginManager(block=["naiad-frontend-openai"]).load_frontends() == []
     with pytest.raises(SystemExit):  # a usage error, exit 2

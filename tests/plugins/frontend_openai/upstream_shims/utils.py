@@ -20,7 +20,7 @@ def _naiad(args: list[str], port: int) -> ServerProcess:
     cmd = [sys.executable, "-m", "naiad", "serve", "--http-address", "127.0.0.1",
            "--http-port", "{http_port}", "--grpc-address", "127.0.0.1", "--grpc-port",
            "{grpc_port}", "--metrics-address", "127.0.0.1", "--metrics-port",
-           "{metrics_port}", "--openai-port", str(port), *args]
+           "{metrics_port}", "--allow-openai", "--openai-port", str(port), *args]
     return ServerProcess(cmd, ready_timeout=120 * SECONDS).start()
 
 
@@ -98,7 +98,8 @@ class OpenAIServer:
         cmd = [sys.executable, "-m", "naiad", "serve", "--http-address", "127.0.0.1",
                "--http-port", "{http_port}", "--grpc-address", "127.0.0.1",
                "--grpc-port", "{grpc_port}", "--metrics-address", "127.0.0.1",
-               "--metrics-port", "{metrics_port}", "--openai-port", str(self.port), *args]
+               "--metrics-port", "{metrics_port}", "--allow-openai", "--openai-port",
+               str(self.port), *args]
         self.process = ServerProcess(cmd, env=env, ready_timeout=120 * SECONDS)
         try:
             self.process.start()  # a server that exits raises RuntimeError with its output
