@@ -98,7 +98,6 @@ def vllm_extensions(body: dict[str, Any]) -> None:
     optional(body, "min_tokens", int, "a valid integer", 0)
     optional(body, "min_p", _NUMBER, "a valid number", 0, 1)
     optional(body, "repetition_penalty", _NUMBER, "a valid number", 0)
-    optional(body, "length_penalty", _NUMBER, "a valid number")
     for flag in ("ignore_eos", "skip_special_tokens", "spaces_between_special_tokens",
                  "include_stop_str_in_output"):
         optional(body, flag, bool, "a valid boolean")

@@ -42,12 +42,19 @@ _TYPES: dict[int, tuple[str, Any]] = {
 ECHO_INPUTS = ("exclude_input_in_output", "sampling_param_exclude_input_from_output")
 
 #: request fields passed to vLLM as sampling parameters besides the OpenAI ones the request
-#: parser reads (vLLM's SamplingParams names); any other field is not vLLM's to see
+#: parser reads; any other field is not vLLM's to see. Each is a field of vLLM's
+#: ``SamplingParams`` as of vLLM 0.11+ (V1 engine): Triton's vllm_backend builds
+#: ``TritonSamplingParams(**sampling_parameters)``, a msgspec Struct, so a name vLLM does not
+#: have fails the request (``length_penalty`` went with beam search's removal from
+#: SamplingParams). tests/plugins/frontend_openai/test_openai_vllm.py checks these against
+#: the installed vLLM where there is one.
 VLLM_EXTRA_SAMPLING = {
-    "top_k", "min_p", "repetition_penalty", "length_penalty", "ignore_eos", "min_tokens",
-    "stop_token_ids", "skip_special_tokens", "spaces_between_special_tokens",
-    "include_stop_str_in_output",
+    "top_k", "min_p", "repetition_penalty", "ignore_eos", "min_tokens", "stop_token_ids",
+    "skip_special_tokens", "spaces_between_special_tokens", "include_stop_str_in_output",
 }
+#: the OpenAI fields that reach vLLM's sampling parameters under their own names
+VLLM_OPENAI_SAMPLING = ("temperature", "top_p", "frequency_penalty", "presence_penalty",
+                        "seed", "stop", "max_tokens")
 
 
 @dataclass(frozen=True)
