@@ -13,11 +13,20 @@ request's send to its first content chunk or response), and the server process's
 token (its own threads, from /proc; the model's worker process is the same both ways and is
 not counted). The frontend's cost per token is the difference of the two CPU figures.
 
+``--paths`` adds ``generate_stream`` (KServe HTTP's SSE stream of the same model) and
+``--frontend-processes N`` starts naiad with N frontend processes: what crosses the bridge
+(HTTP, generate_stream) then has its CPU split into the engine's and the frontend
+processes' (``frontends CPU µs/token``). That is what would happen to the OpenAI API
+served through the bridge: the same SSE chunks, one frame per chunk (docs/design.md,
+"Processes").
+
 Bounded: every client stops at its deadline; the server runs on loopback in its own process
 group and is stopped through it.
 
   .venv/bin/python benchmarks/openai_stream.py --duration 10
   .venv/bin/python benchmarks/openai_stream.py --duration 1 --concurrency 1   # a check
+  .venv/bin/python benchmarks/openai_stream.py --paths openai,generate_stream \
+      --frontend-processes 2      # the SSE stream through the bridge, against the engine's
 """
 
 from __future__ import annotations
@@ -56,6 +65,22 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def frontend_pids(pid: int) -> list[int]:
+    """The frontend processes (``naiad.frontends.bridge.frontend_main``) of engine ``pid``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            cmdline = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if int(stat[1]) == pid and b"naiad.frontends.bridge.frontend_main" in cmdline:
+            found.append(int(entry.name))
+    return found
+
+
 def write_tokenizer(folder: Path) -> Path:
     """A word-level tokenizer with a chat template (chat needs one), built here."""
     from tokenizers import Tokenizer, models, pre_tokenizers, trainers
@@ -72,7 +97,8 @@ def write_tokenizer(folder: Path) -> Path:
     return folder
 
 
-def start_server(repository: Path) -> tuple[subprocess.Popen, dict[str, int]]:
+def start_server(repository: Path, frontend_processes: int = 0
+                 ) -> tuple[subprocess.Popen, dict[str, int]]:
     ports = {name: free_port() for name in ("http", "grpc", "metrics", "openai")}
     process = subprocess.Popen(
         [sys.executable, "-m", "naiad", "serve", "--model-repository", str(repository),
@@ -80,7 +106,8 @@ def start_server(repository: Path) -> tuple[subprocess.Popen, dict[str, int]]:
          "--metrics-address", "127.0.0.1", "--http-port", str(ports["http"]),
          "--grpc-port", str(ports["grpc"]), "--metrics-port", str(ports["metrics"]),
          "--allow-openai", "--openai-port", str(ports["openai"]),
-         "--tokenizer", str(write_tokenizer(repository.parent / "tokenizer"))],
+         "--tokenizer", str(write_tokenizer(repository.parent / "tokenizer")),
+         "--frontend-processes", str(frontend_processes)],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     import requests
 
@@ -124,6 +151,33 @@ def openai_client(port: int, tokens: int, deadline: float, out: queue.Queue) -> 
     out.put((count, firsts))
 
 
+def generate_stream_client(port: int, tokens: int, deadline: float, out: queue.Queue
+                           ) -> None:
+    """KServe HTTP's ``generate_stream``: one SSE event per response of the model."""
+    import requests
+
+    session = requests.Session()
+    body = {"text_input": "go", "stream": True, "max_tokens": tokens}
+    url = f"http://127.0.0.1:{port}/v2/models/{MODEL}/generate_stream"
+    count, firsts = 0, []
+    while time.monotonic() < deadline:
+        sent = time.perf_counter()
+        first = None
+        with session.post(url, json=body, stream=True, timeout=60) as response:
+            response.raise_for_status()
+            for line in response.iter_lines():
+                if not line.startswith(b"data: {"):
+                    continue
+                if b'"error"' in line:
+                    raise RuntimeError(line.decode())
+                first = first or time.perf_counter() - sent
+                if time.monotonic() < deadline:
+                    count += 1
+        if first is not None:
+            firsts.append(first)
+    out.put((count, firsts))
+
+
 def grpc_client(port: int, tokens: int, deadline: float, out: queue.Queue) -> None:
     import tritonclient.grpc as grpcclient
 
@@ -162,10 +216,13 @@ def grpc_client(port: int, tokens: int, deadline: float, out: queue.Queue) -> No
 
 def point(kind: str, ports: dict[str, int], pid: int, concurrency: int, tokens: int,
           duration: float) -> dict[str, float]:
-    target = openai_client if kind == "openai" else grpc_client
-    port = ports["openai"] if kind == "openai" else ports["grpc"]
+    target = {"openai": openai_client, "grpc": grpc_client,
+              "generate_stream": generate_stream_client}[kind]
+    port = ports[{"openai": "openai", "grpc": "grpc", "generate_stream": "http"}[kind]]
     out: queue.Queue = queue.Queue()
+    frontends = frontend_pids(pid)
     before = cpu_seconds(pid)
+    before_frontends = sum(cpu_seconds(frontend) for frontend in frontends)
     deadline = time.monotonic() + duration
     threads = [threading.Thread(target=target, args=(port, tokens, deadline, out))
                for _ in range(concurrency)]
@@ -174,13 +231,15 @@ def point(kind: str, ports: dict[str, int], pid: int, concurrency: int, tokens: 
     for thread in threads:
         thread.join(timeout=duration + 120)
     cpu = cpu_seconds(pid) - before
+    frontends_cpu = sum(cpu_seconds(frontend) for frontend in frontends) - before_frontends
     results = [out.get() for _ in range(out.qsize())]
     count = sum(c for c, _ in results)
     firsts = [f for _, fs in results for f in fs] or [float("nan")]
     return {"tokens_per_s": count / duration,
             "ttft_p50_ms": float(np.percentile(firsts, 50)) * 1e3,
             "ttft_p99_ms": float(np.percentile(firsts, 99)) * 1e3,
-            "server_cpu_us_per_token": cpu / max(count, 1) * 1e6}
+            "server_cpu_us_per_token": cpu / max(count, 1) * 1e6,
+            "frontends_cpu_us_per_token": frontends_cpu / max(count, 1) * 1e6}
 
 
 def main() -> int:
@@ -188,15 +247,21 @@ def main() -> int:
     parser.add_argument("--duration", type=float, default=10.0, help="seconds per point")
     parser.add_argument("--concurrency", default="1,8,64", help="streams at once, per point")
     parser.add_argument("--tokens", type=int, default=64, help="responses per request")
+    parser.add_argument("--paths", default="grpc,openai",
+                        help="of grpc, openai, generate_stream (KServe HTTP's SSE)")
+    parser.add_argument("--frontend-processes", type=int, default=0,
+                        help="naiad serve --frontend-processes (HTTP and gRPC through the "
+                             "bridge; the OpenAI API stays in the engine)")
     args = parser.parse_args()
+    paths = args.paths.split(",")
     workdir = Path(tempfile.mkdtemp(prefix="naiad-openai-bench-"))
     repository = workdir / "models"
     shutil.copytree(MODEL_DIR, repository / MODEL)
-    process, ports = start_server(repository)
+    process, ports = start_server(repository, args.frontend_processes)
     rows = []
     try:
         for concurrency in (int(c) for c in args.concurrency.split(",")):
-            for kind in ("grpc", "openai"):
+            for kind in paths:
                 result = point(kind, ports, process.pid, concurrency, args.tokens,
                                args.duration)
                 rows.append({"path": kind, "streams": concurrency, **result})
@@ -208,13 +273,18 @@ def main() -> int:
         except subprocess.TimeoutExpired:
             os.killpg(process.pid, signal.SIGKILL)
         shutil.rmtree(workdir, ignore_errors=True)
-    print("\n| streams | path | tokens/s | TTFT p50 ms | TTFT p99 ms | server CPU µs/token |")
-    print("|---|---|---|---|---|---|")
+    print(f"\nfrontend processes: {args.frontend_processes}")
+    print("| streams | path | tokens/s | TTFT p50 ms | TTFT p99 ms | server CPU µs/token "
+          "| frontends CPU µs/token |")
+    print("|---|---|---|---|---|---|---|")
     for row in rows:
         print(f"| {row['streams']} | {row['path']} | {row['tokens_per_s']:.0f} | "
               f"{row['ttft_p50_ms']:.2f} | {row['ttft_p99_ms']:.2f} | "
-              f"{row['server_cpu_us_per_token']:.1f} |")
+              f"{row['server_cpu_us_per_token']:.1f} | "
+              f"{row['frontends_cpu_us_per_token']:.1f} |")
     by = {(r["streams"], r["path"]): r for r in rows}
+    if not {"grpc", "openai"} <= set(paths):
+        return 0
     for streams in sorted({r["streams"] for r in rows}):
         cost = (by[(streams, "openai")]["server_cpu_us_per_token"]
                 - by[(streams, "grpc")]["server_cpu_us_per_token"])
