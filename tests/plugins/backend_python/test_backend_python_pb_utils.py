@@ -6,6 +6,7 @@ import json
 import logging
 
 import ml_dtypes
+import naiad_stub_model_calls
 import numpy as np
 import pytest
 import triton_python_backend_utils as pb_utils
@@ -24,11 +25,13 @@ TRITON_NAMES = [
     "serialize_byte_tensor", "triton_string_to_numpy", "triton_to_numpy_type", "unload_model",
     "using_decoupled_model_transaction_policy",
 ]
+# naiad's own public names beside Triton's (its stub modules re-exported here).
+NAIAD_NAMES = ["NUMPY_DTYPES", "InferenceResponseSender", "ResponseIterator", "json", "np"]
 
 
 def test_module_has_tritons_names():
     """Every public name tritonserver 2.51's pb_utils has (checked against the real one)."""
-    missing = [name for name in TRITON_NAMES if not hasattr(pb_utils, name)]
+    missing = [name for name in TRITON_NAMES + NAIAD_NAMES if not hasattr(pb_utils, name)]
     assert missing == []
     assert pb_utils.TRITONSERVER_REQUEST_FLAG_SEQUENCE_START == 1
     assert pb_utils.TRITONSERVER_REQUEST_FLAG_SEQUENCE_END == 2
@@ -205,7 +208,7 @@ def test_bls_request_is_refused_outside_execute(monkeypatch):
     assert json.loads(request.parameters()) == {"k": "v"}
     assert pb_utils.get_input_tensor_by_name(request, "IN") is t
     # Before a model is initialized (in initialize, in auto_complete_config), as Triton.
-    monkeypatch.setattr(pb_utils, "_calls_allowed", False)
+    monkeypatch.setattr(naiad_stub_model_calls, "_calls_allowed", False)
     with pytest.raises(pb_utils.TritonModelException,
                        match="BLS is only supported during the 'execute' function"):
         request.exec()

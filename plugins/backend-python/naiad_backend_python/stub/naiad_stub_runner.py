@@ -18,91 +18,41 @@ import json
 import os
 import sys
 import threading
-import traceback
 from collections.abc import Sequence
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable
 
 import naiad_stub_loader as loader
-import numpy as np
+import naiad_stub_requests as _requests
 import triton_python_backend_utils as pb_utils
+from naiad_stub_coroutines import BackgroundExecutes, finish
+from naiad_stub_results import (
+    DEFERRED,
+    NO_RESULT,
+    RESCHEDULED,
+    BatchFailure,
+    ContractError,
+    Emit,
+    Result,
+    _check_rescheduled,
+    batch_failure,
+    describe,
+    result_of,
+)
 
-# pb_utils.TritonError codes -> naiad status names (as Triton maps them: UNKNOWN is gRPC
-# UNKNOWN, HTTP 500). A TritonError made without a code is INTERNAL: tritonserver 2.51
-# answers it with HTTP 500.
-ERROR_STATUS = {
-    pb_utils.TritonError.UNKNOWN: "UNKNOWN",
-    pb_utils.TritonError.INTERNAL: "INTERNAL",
-    pb_utils.TritonError.NOT_FOUND: "NOT_FOUND",
-    pb_utils.TritonError.INVALID_ARG: "INVALID_ARG",
-    pb_utils.TritonError.UNAVAILABLE: "UNAVAILABLE",
-    pb_utils.TritonError.UNSUPPORTED: "UNSUPPORTED",
-    pb_utils.TritonError.ALREADY_EXISTS: "ALREADY_EXISTS",
-    pb_utils.TritonError.CANCELLED: "CANCELLED",
-}
-
-# An exception raised by execute fails every request of the batch. tritonserver 2.51 answers
-# 500 / INTERNAL; naiad answers 400 / INVALID_ARGUMENT because what a model raises on is most
-# often the request it was given, and a 5xx invites retries that cannot succeed.
-EXECUTE_FAILURE_STATUS = "INVALID_ARG"
-# A model that breaks the execute contract (not a list, the wrong number of responses, not
-# an InferenceResponse) is broken whatever the input: 500 / INTERNAL, as in Triton.
-CONTRACT_FAILURE_STATUS = "INTERNAL"
+# What the execution modes use: the runner, and the results and failures it gives
+# (naiad_stub_results) that they turn into messages or naiad's responses.
+__all__ = ["DEFERRED", "BatchFailure", "LoadFailure", "ModelRunner", "Result", "auto_complete",
+           "describe", "initialize_args"]
 
 _INSTANCE_KINDS = {"KIND_CPU": "CPU", "KIND_GPU": "GPU", "KIND_MODEL": "MODEL", "KIND_AUTO": "CPU"}
-_STUB_FILES = os.path.dirname(os.path.abspath(__file__)) + os.sep
 
-_PbResponse = pb_utils.InferenceResponse
-_PbTensor = pb_utils.Tensor
 _wrap_request = pb_utils.InferenceRequest._wrap
 _thread_state = pb_utils._current
-
-#: One output: (name, V2 datatype, array).
-Output = Tuple[str, str, np.ndarray]
-#: One response: its outputs, its parameters (or None), and (status name, message) when the
-#: model answered this request with an error.
-Result = Tuple[List[Output], Optional[Dict[str, Any]], Optional[Tuple[str, str]]]
-#: What ``execute`` gives each request of a decoupled model: its responses went out
-#: through ``emit`` (see :class:`ModelRunner`).
-NO_RESULT: Result = ([], None, None)
-#: ``emit(request, result, final)``: one response of a decoupled model's request (result
-#: None: the final flag alone), from whichever thread the model sends it on.
-Emit = Callable[[Any, Optional[Result], bool], None]
-#: What ``execute`` gives a request of an ordinary model that execute returned None for and
-#: whose response was not sent yet: it leaves later, through ``emit`` (see :class:`_Late`).
-#: Compared by identity.
-DEFERRED: Result = ([], None, None)
-#: A request the model rescheduled (until it runs again). Compared by identity.
-RESCHEDULED: Result = ([], None, None)
 _RESCHEDULE = pb_utils.TRITONSERVER_REQUEST_RELEASE_RESCHEDULE
 
 
 class LoadFailure(Exception):
     """The model could not be imported or initialized (the message says why)."""
-
-
-class BatchFailure(Exception):
-    """``execute`` failed as a whole: every request of the batch gets this error."""
-
-    def __init__(self, status: str, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
-
-
-class _ContractError(Exception):
-    """The model broke the execute contract (its message is Triton's, without a type)."""
-
-
-def describe(exc: BaseException) -> str:
-    """``Type: message`` and the model's frames, innermost first, as Triton shows errors
-    raised in Python models (``At:`` lines of ``file(line): function``)."""
-    frames = [frame for frame in traceback.extract_tb(exc.__traceback__)
-              if not frame.filename.startswith(_STUB_FILES)]
-    text = f"{type(exc).__name__}: {exc}"
-    if frames:
-        text += "\n\nAt:\n" + "".join(f"  {f.filename}({f.lineno}): {f.name}\n"
-                                      for f in reversed(frames))
-    return text
 
 
 def initialize_args(config_json: str, instance_kind: str, instance_name: str,
@@ -175,7 +125,7 @@ class ModelRunner:
         self.output_names = frozenset(output_names)
         self._loop: asyncio.AbstractEventLoop | None = None
         # a decoupled model's coroutine executes, run on a loop thread of their own
-        self._executes: _BackgroundExecutes | None = None
+        self._executes: BackgroundExecutes | None = None
         self._closed = False
         self._whole_process = whole_process
         pb_utils._set_model_dir(self.version_dir, whole_process)
@@ -199,7 +149,7 @@ class ModelRunner:
                 model = model_class()
                 initialize = getattr(model, "initialize", None)
                 if initialize is not None:
-                    _finish(initialize(args))
+                    finish(initialize(args))
             except Exception as exc:
                 raise LoadFailure(f"model '{name}' failed to initialize: {describe(exc)}") from exc
         except BaseException:
@@ -214,17 +164,17 @@ class ModelRunner:
         :class:`BatchFailure` when the batch failed as a whole. A request whose client
         gave up before it ran (``request.cancellation``) is answered CANCELLED without
         reaching the model."""
-        reschedules = pb_utils._reschedules
+        reschedules = _requests._reschedules
         results, pb_requests = self._execute_once(requests, reschedules)
         positions = range(len(requests))  # where the requests run last stand in results
-        while pb_utils._reschedules != reschedules:  # the model rescheduled requests
+        while _requests._reschedules != reschedules:  # the model rescheduled requests
             again = [index for index, pb_request in enumerate(pb_requests)
                      if getattr(pb_request, "_release", 1) == _RESCHEDULE]
             if not again:
                 break
             # run them again on this instance, before its next batch (an iterative
             # sequence's next step), as a batch of their own
-            reschedules = pb_utils._reschedules
+            reschedules = _requests._reschedules
             requests = [requests[index] for index in again]
             positions = [positions[index] for index in again]
             rerun, pb_requests = self._execute_once(requests, reschedules)
@@ -253,13 +203,14 @@ class ModelRunner:
             if type(returned) is not list:
                 returned = self._unusual_return(returned, len(requests))
             if len(returned) != len(requests):
-                raise _ContractError(
+                raise ContractError(
                     "Number of InferenceResponse objects do not match the number of "
                     f"InferenceRequest objects. InferenceRequest(s) size is:{len(requests)}, "
                     f"and InferenceResponse(s) size is:{len(returned)}\n")
-            convert = self._convert
+            convert = result_of
+            output_names = self.output_names
             results = []
-            if pb_utils._reschedules != reschedules:
+            if _requests._reschedules != reschedules:
                 _check_rescheduled(returned, pb_requests)
             for response, request, pb_request in zip(returned, requests, pb_requests):
                 if response is None or pb_request._sender is not None:
@@ -271,7 +222,7 @@ class ModelRunner:
                     if response is None:
                         results.append(DEFERRED)
                         continue
-                results.append(convert(response, request, pb_request))
+                results.append(convert(response, request, pb_request, output_names))
             return results
         except Exception as exc:
             return self._failed(exc, requests, pb_requests)
@@ -301,7 +252,7 @@ class ModelRunner:
             if sender._response is not None:
                 return sender._response
             if sender._closed:  # cannot happen: a final flag needs a response first
-                raise _ContractError("Expected an 'InferenceResponse' object in the execute "
+                raise ContractError("Expected an 'InferenceResponse' object in the execute "
                                      "function return list, found type '<class "
                                      "'NoneType'>'.")
             return self._defer(request, pb_request, sender)
@@ -310,7 +261,7 @@ class ModelRunner:
         """Execute returned None for ``request`` and nothing was sent: its response may be
         sent later, from any thread (Triton allows it)."""
         if not self.late_responses:
-            raise _ContractError("Expected an 'InferenceResponse' object in the execute "
+            raise ContractError("Expected an 'InferenceResponse' object in the execute "
                                  "function return list, found type '<class 'NoneType'>' (an "
                                  "in-process model cannot send a request's response after "
                                  "execute returned; EXECUTION_MODE isolated can)")
@@ -326,7 +277,7 @@ class ModelRunner:
         """Execute failed: as in Triton, every sender closes, a request whose response was
         sent already keeps it, the others get the error. Raises :class:`BatchFailure` when
         no response was sent (the usual case: the batch fails as a whole)."""
-        failure = self._failure(exc)
+        failure = batch_failure(exc, self.instance_name)
         for late in self._late:
             late.done = True  # their requests get the error
         self._late = []
@@ -342,7 +293,8 @@ class ModelRunner:
             raise failure
         pb_utils.Logger.log_error(failure.message)
         error: Result = ([], None, (failure.status, failure.message))
-        return [error if response is None else self._convert(response, request, pb_request)
+        return [error if response is None
+                else result_of(response, request, pb_request, self.output_names)
                 for response, request, pb_request in zip(sent, requests, pb_requests)]
 
     def _without_cancelled(self, requests: Sequence[Any]) -> list[Result]:
@@ -369,30 +321,30 @@ class ModelRunner:
                 self._background().submit(returned, pb_requests)
                 return [NO_RESULT] * len(requests)
             if returned is not None:
-                raise _ContractError(f"Python model '{self.instance_name}' is using the "
+                raise ContractError(f"Python model '{self.instance_name}' is using the "
                                      f"decoupled mode and the execute function must return "
                                      f"None.")
         except Exception as exc:
-            raise self._failure(exc) from None
+            raise batch_failure(exc, self.instance_name) from None
         return [NO_RESULT] * len(requests)
 
-    def _background(self) -> _BackgroundExecutes:
+    def _background(self) -> BackgroundExecutes:
         if self._executes is None:
-            self._executes = _BackgroundExecutes(self.instance_name)
+            self._executes = BackgroundExecutes(self.instance_name)
         return self._executes
 
     def _emitter(self, request: Any, pb_request: Any
                  ) -> Callable[[Any, bool], None]:
         emit = self.emit
-        convert = self._convert
+        output_names = self.output_names
 
         def send(response: Any, final: bool) -> None:
             if response is None:
                 emit(request, None, final)
                 return
             try:
-                result = convert(response, request, pb_request)
-            except _ContractError as exc:
+                result = result_of(response, request, pb_request, output_names)
+            except ContractError as exc:
                 raise pb_utils.TritonModelException(str(exc)) from None
             emit(request, result, final)
 
@@ -411,7 +363,7 @@ class ModelRunner:
             pb_utils._forbid_model_calls()
         try:
             if finalize is not None:
-                _finish(finalize(), self._loop)
+                finish(finalize(), self._loop)
             return None
         except Exception as exc:  # Triton logs a failing finalize and carries on
             return describe(exc)
@@ -423,7 +375,7 @@ class ModelRunner:
     # --- helpers ------------------------------------------------------------------------
 
     def _missing_execute(self, requests: list[Any]) -> Any:
-        raise _ContractError(f"Python model {self.module.__file__} does not implement "
+        raise ContractError(f"Python model {self.module.__file__} does not implement "
                              f"`execute` method.")
 
     def _unusual_return(self, returned: Any, count: int) -> list[Any]:
@@ -438,148 +390,8 @@ class ModelRunner:
                 return returned
         if returned is None:
             return [None] * count
-        raise _ContractError(f"Expected a list in the execute return, found type "
+        raise ContractError(f"Expected a list in the execute return, found type "
                              f"'{type(returned)}'.")
-
-    def _convert(self, response: Any, request: Any, pb_request: Any) -> Result:
-        if type(response) is not _PbResponse:
-            if response is None:
-                response = _sent_response(pb_request)
-            elif not isinstance(response, _PbResponse):
-                raise _ContractError("Expected an 'InferenceResponse' object in the execute "
-                                     f"function return list, found type '{type(response)}'.")
-        error = response._error
-        if error is not None:
-            return [], None, (ERROR_STATUS.get(error.code(), "INTERNAL"), error.message())
-        requested = request.requested_outputs
-        # Triton prunes what the request did not ask for (all of the config's outputs when
-        # it names none); a config without outputs prunes nothing.
-        wanted = self.output_names if requested is None else {o.name for o in requested}
-        outputs = []
-        for tensor in response._output_tensors:
-            if type(tensor) is not _PbTensor:
-                raise _ContractError("Expected a 'Tensor' object in the output_tensors of an "
-                                     f"InferenceResponse, found type '{type(tensor)}'.")
-            name = tensor._name
-            if wanted and name not in wanted:
-                continue
-            array = tensor._array
-            datatype = tensor._datatype
-            if datatype == "BYTES":
-                array = _bytes_array(array)
-            outputs.append((name, datatype, array))
-        parameters = response._parameters
-        return outputs, (dict(parameters) if parameters else None), None
-
-    def _failure(self, exc: Exception) -> BatchFailure:
-        """The error every request of a failed batch gets (Triton's wording)."""
-        status = EXECUTE_FAILURE_STATUS
-        if isinstance(exc, (_ContractError, pb_utils._OutputTypeError)):
-            detail = str(exc)
-            status = CONTRACT_FAILURE_STATUS
-        else:
-            detail = describe(exc)
-            if isinstance(exc, pb_utils.TritonError):
-                status = ERROR_STATUS.get(exc.code(), status)
-        return BatchFailure(status, f"Failed to process the request(s) for model "
-                                    f"'{self.instance_name}', message: {detail}")
-
-
-def _check_rescheduled(returned: list[Any], pb_requests: list[Any]) -> None:
-    """Triton's rule: execute returns None for a request it rescheduled."""
-    for response, pb_request in zip(returned, pb_requests):
-        if response is not None and getattr(pb_request, "_release", 1) == _RESCHEDULE:
-            raise _ContractError("Expected a None object in the execute function return list "
-                                 "for reschduled request, found type "
-                                 f"'{type(response)}'.")
-
-
-def _sent_response(request: Any) -> Any:
-    sender = request._sender
-    if sender is None or sender._response is None:
-        raise _ContractError("Expected an 'InferenceResponse' object in the execute function "
-                             "return list, found type '<class 'NoneType'>'.")
-    return sender._response
-
-
-def _bytes_array(array: np.ndarray) -> np.ndarray:
-    """A BYTES output as an object array of ``bytes`` (str items are UTF-8 encoded, other
-    objects ``str()``-ed, as Triton serializes them). Returns ``array`` itself when it
-    already is one."""
-    if array.dtype == np.object_:
-        for item in array.flat:
-            if type(item) is not bytes:
-                break
-        else:
-            return array
-        out = np.empty(array.shape, dtype=object)
-        out.flat[:] = [item if type(item) is bytes else
-                       item.encode("utf-8") if isinstance(item, str) else
-                       bytes(item) if isinstance(item, (bytes, bytearray, memoryview)) else
-                       str(item).encode("utf-8")
-                       for item in array.flat]
-        return out
-    return array.astype(object)  # np.bytes_ ("S") array: its items become bytes
-
-
-class _BackgroundExecutes:
-    """The event loop, on a thread of its own, that a decoupled model's ``async def
-    execute`` coroutines run on, side by side (Triton's stub does the same)."""
-
-    def __init__(self, instance_name: str) -> None:
-        self.instance_name = instance_name
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True,
-                                       name=f"naiad-async-execute-{instance_name}")
-        self.thread.start()
-
-    def run(self, coroutine: Any, model_dir: str) -> Any:
-        """Run an ordinary model's ``async def execute`` there and wait for its result."""
-        return asyncio.run_coroutine_threadsafe(_in_model(coroutine, model_dir),
-                                                self.loop).result()
-
-    def submit(self, coroutine: Any, pb_requests: list[Any]) -> None:
-        future = asyncio.run_coroutine_threadsafe(coroutine, self.loop)
-        future.add_done_callback(lambda done: self._done(done, pb_requests))
-
-    def _done(self, done: Any, pb_requests: list[Any]) -> None:
-        if done.cancelled():
-            return
-        exc = done.exception()
-        if exc is None and done.result() is not None:
-            exc = _ContractError(f"Python model '{self.instance_name}' is using the decoupled "
-                                 f"mode and the execute function must return None.")
-        if exc is None:
-            return
-        # Triton's words for a failed execute; the requests still open get the error
-        message = (f"Failed to process the request(s) for model '{self.instance_name}', "
-                   f"message: {describe(exc)}")
-        pb_utils.Logger.log_error(message)
-        for pb_request in pb_requests:
-            sender = pb_request._sender
-            if sender is not None and not sender._closed:
-                try:
-                    sender.send(pb_utils.InferenceResponse(error=pb_utils.TritonError(message)),
-                                flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
-                except Exception:  # the model closed it meanwhile
-                    pass
-
-    def close(self, timeout: float = 30.0) -> None:
-        """Let the running executes finish (up to ``timeout`` seconds), then stop."""
-        pending = asyncio.run_coroutine_threadsafe(_drain(), self.loop)
-        try:
-            pending.result(timeout)
-        except Exception:
-            pass
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(timeout)
-        if not self.thread.is_alive():
-            self.loop.close()
-
-
-async def _in_model(coroutine: Any, model_dir: str) -> Any:
-    _thread_state.model_dir = model_dir  # for pb_utils.get_model_dir() on the loop's thread
-    return await coroutine
 
 
 class _Late:
@@ -600,8 +412,8 @@ class _Late:
 
     def send(self, response: Any) -> None:
         try:
-            result = self.runner._convert(response, self.request, None)
-        except _ContractError as exc:
+            result = result_of(response, self.request, None, self.runner.output_names)
+        except ContractError as exc:
             raise pb_utils.TritonModelException(str(exc)) from None
         with self.lock:
             self.done = True
@@ -634,19 +446,3 @@ class _Late:
                 f"sending its response"))))
         except Exception:  # the worker is ending
             pass
-
-
-async def _drain() -> None:
-    current = asyncio.current_task()
-    tasks = [t for t in asyncio.all_tasks() if t is not current]
-    if tasks:
-        await asyncio.gather(*tasks, return_exceptions=True)
-
-
-def _finish(result: Any, loop: asyncio.AbstractEventLoop | None = None) -> Any:
-    """Await ``result`` if ``initialize``/``finalize`` was an ``async def``."""
-    if not asyncio.iscoroutine(result):
-        return result
-    if loop is None or loop.is_closed():
-        return asyncio.run(result)
-    return loop.run_until_complete(result)
