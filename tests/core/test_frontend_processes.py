@@ -11,6 +11,7 @@ import http.client
 import json
 import os
 import signal
+import socket
 import threading
 import time
 import urllib.request
@@ -209,6 +210,26 @@ def test_one_batcher_batches_requests_from_both_frontends(server: ServerProcess)
     assert batch and batch[0]["compute_infer"]["count"] >= 1
     for connection in connections:
         connection.close()
+
+
+def test_a_client_that_leaves_withdraws_its_queued_request_through_the_bridge(
+        server: ServerProcess) -> None:
+    """A plain inference crosses as one INFER frame; the client's leaving, as DISCONNECT,
+    takes it out of the batcher's queue before it runs, as in a single-process server."""
+    before = _stats(server, "batched")
+    with socket.create_connection(("127.0.0.1", server.http_port)) as sock:
+        sock.sendall(b"POST /v2/models/batched/infer HTTP/1.1\r\nHost: x\r\n"
+                     b"Content-Length: %d\r\n\r\n%s" % (len(BODY), BODY))
+        time.sleep(0.3)  # it reached the batcher, which holds it for BATCH_WAIT_US
+    time.sleep(BATCH_WAIT_US / 1e6 + 1.0)  # past the time its batch would have run
+    after = _stats(server, "batched")
+    assert after["execution_count"] == before["execution_count"]
+    assert after["inference_count"] == before["inference_count"]
+    # The frontends keep serving it.
+    connection = http.client.HTTPConnection("127.0.0.1", server.http_port, timeout=30)
+    connection.request("POST", "/v2/models/batched/infer", BODY)
+    assert connection.getresponse().status == 200
+    connection.close()
 
 
 def test_statistics_and_one_metrics_scrape_count_every_frontends_requests(

@@ -1,5 +1,8 @@
 """The engine's end of the frontend processes: each forwarded request runs in the ASGI
-application a single-process server runs, so every endpoint answers exactly as it would.
+application a single-process server runs, so every endpoint answers exactly as it would;
+a plain inference (an ``INFER`` frame) goes through the application's
+:class:`~naiad.frontends.http.infer.InferRoute` without an ASGI cycle, as naiad's HTTP
+protocol takes it in a single-process server.
 
 A frontend process connects once to the engine's Unix socket and sends all its requests
 over that connection; each is an exchange (:mod:`.frames`) with a task of its own here. The
@@ -21,6 +24,7 @@ from typing import Any
 import orjson
 
 from naiad.frontends.bridge import frames
+from naiad.frontends.http.infer import Answer, InferExchange, InferRoute, infer_headers
 
 log = logging.getLogger("naiad.http")
 
@@ -84,24 +88,42 @@ class _Exchange:
         self.put(_DISCONNECT)
 
 
-class _EngineConnection:
-    """One frontend process's connection."""
+class _Direct(InferExchange):
+    """A plain inference a frontend forwarded (``INFER``), answered without the application."""
 
-    def __init__(self, app: Any) -> None:
+    __slots__ = ()
+
+    def __init__(self, exchange: int, model_name: str, version: str,
+                 headers: list[tuple[bytes, bytes]]) -> None:
+        super().__init__(model_name, version, infer_headers(headers), headers)
+        self.ticket = exchange
+
+
+class _EngineConnection:
+    """One frontend process's connection. ``route``: the application's infer route, for
+    plain inferences (None: they run in the application too)."""
+
+    def __init__(self, app: Any, route: InferRoute | None) -> None:
         self.app = app
+        self.route = route
+        self.loop = asyncio.get_running_loop()
         self.exchanges: dict[int, _Exchange] = {}
+        self.direct: dict[int, _Direct] = {}
         self.tasks: set[asyncio.Task[None]] = set()
         self.protocol = frames.FrameProtocol(self._frame, self._lost)
 
     def _frame(self, kind: int, exchange_id: int, body: memoryview) -> None:
+        if kind == frames.INFER:
+            self._infer(exchange_id, body)
+            return
         if kind == frames.REQUEST:
             scope, more, data = frames.read_json(body)
-            exchange = _Exchange(self, exchange_id)
-            self.exchanges[exchange_id] = exchange
-            exchange.messages.append({"type": "http.request", "body": data, "more_body": more})
-            task = asyncio.ensure_future(self._run(_scope(scope), exchange))
-            self.tasks.add(task)
-            task.add_done_callback(self.tasks.discard)
+            self._run_in_app(_scope(scope), exchange_id, data, more)
+            return
+        direct = self.direct.pop(exchange_id, None)
+        if direct is not None:
+            if kind == frames.DISCONNECT:
+                self.route.withdraw(direct)  # type: ignore[union-attr]
             return
         exchange = self.exchanges.get(exchange_id)
         if exchange is None:
@@ -111,6 +133,30 @@ class _EngineConnection:
             exchange.put({"type": "http.request", "body": data, "more_body": more})
         elif kind == frames.DISCONNECT:
             exchange.finish()
+
+    def _run_in_app(self, scope: dict[str, Any], exchange_id: int, data: bytes,
+                    more: bool) -> None:
+        exchange = _Exchange(self, exchange_id)
+        self.exchanges[exchange_id] = exchange
+        exchange.messages.append({"type": "http.request", "body": data, "more_body": more})
+        task = asyncio.ensure_future(self._run(scope, exchange))
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+
+    def _infer(self, exchange_id: int, body: memoryview) -> None:
+        model_name, version, headers, data = frames.read_infer(body)
+        route = self.route
+        if route is None or not route.takes_plain_requests():
+            self._run_in_app(_infer_scope(model_name, version, headers), exchange_id, data,
+                             False)
+            return
+        exchange = self.direct[exchange_id] = _Direct(exchange_id, model_name, version,
+                                                      headers)
+        route.start(exchange, data, self.loop, self._answered)
+
+    def _answered(self, exchange: _Direct, reply: Answer) -> None:
+        if self.direct.pop(exchange.ticket, None) is not None:  # else withdrawn
+            self.protocol.write(frames.answer_frame(exchange.ticket, *reply))
 
     async def _run(self, scope: dict[str, Any], exchange: _Exchange) -> None:
         try:
@@ -130,6 +176,9 @@ class _EngineConnection:
     def _lost(self) -> None:
         for exchange in list(self.exchanges.values()):
             exchange.finish()
+        direct, self.direct = self.direct, {}
+        for waiting in direct.values():
+            self.route.withdraw(waiting)  # type: ignore[union-attr]
 
 
 def _scope(forwarded: dict[str, Any]) -> dict[str, Any]:
@@ -146,6 +195,16 @@ def _scope(forwarded: dict[str, Any]) -> dict[str, Any]:
     return scope
 
 
+def _infer_scope(model_name: str, version: str,
+                 headers: list[tuple[bytes, bytes]]) -> dict[str, Any]:
+    """The ASGI scope of a forwarded plain inference, for the application."""
+    path = f"/v2/models/{model_name}" + (f"/versions/{version}" if version else "") + "/infer"
+    return {"type": "http", "asgi": {"version": "3.0", "spec_version": "2.3"},
+            "http_version": "1.1", "method": "POST", "scheme": "http", "path": path,
+            "raw_path": path.encode("utf-8"), "query_string": b"", "root_path": "",
+            "headers": headers, "client": None, "server": None}
+
+
 class BridgeServer:
     """The Unix socket frontend processes connect to, in a private folder of its own."""
 
@@ -157,8 +216,10 @@ class BridgeServer:
         self._server: asyncio.AbstractServer | None = None
 
     async def start(self) -> None:
+        route = getattr(self.app, "fast_infer", None)  # None: a restricted inference API
+
         def accepted() -> frames.FrameProtocol:
-            connection = _EngineConnection(self.app)
+            connection = _EngineConnection(self.app, route)
             self.connections.append(connection)
             return connection.protocol
 

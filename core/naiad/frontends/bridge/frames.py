@@ -16,6 +16,17 @@ Engine -> frontend:
 
 Headers travel as latin-1 strings (HTTP header bytes map one to one).
 
+A plain inference (:mod:`naiad.frontends.http.protocol` takes it off the parser, no ASGI on
+either side) is an exchange of two frames:
+
+- frontend -> engine ``INFER``: ``<u32 size> <model name> <u32 size> <version>
+  <u32 size> <headers: JSON>`` and the whole body (``DISCONNECT`` when the client leaves);
+- engine -> frontend ``ANSWER``: ``<u16 status> <i64 JSON part's size, -1: JSON body>
+  <u8 size> <Content-Encoding>`` and the body: an
+  :class:`~naiad.frontends.http.infer.Answer`, which the frontend writes as the engine
+  would. The engine may answer a ``REQUEST``'s way instead (``RESPONSE``, when it runs the
+  request in the application: while it traces).
+
 A gRPC call is an exchange on a second connection (:mod:`.grpc_forwarding`):
 
 - frontend -> engine ``CALL``: ``<u8 streaming> <f64 seconds left, -1: no deadline>
@@ -32,13 +43,14 @@ import asyncio
 import socket
 import struct
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import orjson
 
 REQUEST, BODY, DISCONNECT, RESPONSE, ABORT = 1, 2, 3, 4, 5
 CALL, MESSAGE, HALF_CLOSE, STATUS = 6, 7, 8, 9
+INFER, ANSWER = 10, 11
 
 _HEAD = struct.Struct("<IBI")  # size of the rest, kind, exchange id
 _SIZE = struct.Struct("<I")
@@ -76,6 +88,48 @@ def read_json(body: memoryview) -> tuple[Any, bool, bytes]:
 
 def read_body(body: memoryview) -> tuple[bool, bytes]:
     return bool(body[0]), bytes(body[1:])
+
+
+_ANSWER_HEAD = struct.Struct("<HqB")
+
+
+def infer_frame(exchange: int, model_name: str, version: str,
+                headers: Sequence[tuple[bytes, bytes]], body: bytes) -> bytes:
+    name, number = model_name.encode("utf-8"), version.encode("utf-8")
+    head = orjson.dumps([[key.decode("latin-1"), value.decode("latin-1")]
+                         for key, value in headers])
+    return frame(INFER, exchange, _SIZE.pack(len(name)), name, _SIZE.pack(len(number)), number,
+                 _SIZE.pack(len(head)), head, body)
+
+
+def read_infer(body: memoryview) -> tuple[str, str, list[tuple[bytes, bytes]], bytes]:
+    """(model name, version, headers, request body) of an INFER frame."""
+    position, texts = 0, []
+    for _ in range(2):
+        (size,) = _SIZE.unpack_from(body, position)
+        texts.append(bytes(body[position + 4:position + 4 + size]).decode("utf-8"))
+        position += 4 + size
+    (size,) = _SIZE.unpack_from(body, position)
+    headers = [(key.encode("latin-1"), value.encode("latin-1"))
+               for key, value in orjson.loads(body[position + 4:position + 4 + size])]
+    return texts[0], texts[1], headers, bytes(body[position + 4 + size:])
+
+
+def answer_frame(exchange: int, status: int, body: bytes, json_length: int | None,
+                 encoding: str | None) -> bytes:
+    coding = (encoding or "").encode("ascii")
+    return frame(ANSWER, exchange,
+                 _ANSWER_HEAD.pack(status, -1 if json_length is None else json_length,
+                                   len(coding)), coding, body)
+
+
+def read_answer(body: memoryview) -> tuple[int, bytes, int | None, str | None]:
+    """(status, body, JSON part's size or None, Content-Encoding or None) of an ANSWER."""
+    status, json_length, coding_size = _ANSWER_HEAD.unpack_from(body, 0)
+    start = _ANSWER_HEAD.size
+    coding = bytes(body[start:start + coding_size]).decode("ascii") or None
+    return (status, bytes(body[start + coding_size:]), None if json_length < 0 else json_length,
+            coding)
 
 
 class FrameProtocol(asyncio.Protocol):

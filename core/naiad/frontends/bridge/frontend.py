@@ -3,7 +3,9 @@ exchange (:mod:`.frames`) and its answer comes back to the client as the engine 
 
 The frontend holds no model and no state of the server's: what it does per request is the
 HTTP work (uvicorn and naiad's guard: parsing, header limits and timeouts, keep-alive,
-writing), which is what it takes off the engine.
+writing), which is what it takes off the engine. A plain inference skips ASGI here as in a
+single-process server (:mod:`naiad.frontends.http.protocol`): :class:`ForwardedInfer` sends
+it as one ``INFER`` frame and writes the engine's ``ANSWER``.
 """
 
 from __future__ import annotations
@@ -14,10 +16,13 @@ from collections import deque
 from typing import Any
 
 from naiad.frontends.bridge import frames
+from naiad.frontends.http.codec import HEADER_LENGTH, error_body
+from naiad.frontends.http.infer import Answer, InferExchange, OnAnswer
 
 log = logging.getLogger("naiad.http")
 
 _UNAVAILABLE = b'{"error":"the server is shutting down"}'
+_ABORTED = error_body("internal error: the server ended the answer before it was complete")
 
 
 class _Answer:
@@ -52,6 +57,8 @@ class EngineLink:
         self.protocol = frames.FrameProtocol(self._frame, self._lost)
         self.lost = asyncio.Event()
         self._next = 0
+        # Plain inferences waiting for their answer: ticket -> (exchange, what answers it).
+        self.plain: dict[int, tuple[InferExchange, OnAnswer]] = {}
 
     async def connect(self) -> None:
         loop = asyncio.get_running_loop()
@@ -62,7 +69,17 @@ class EngineLink:
         answer = self.answers[self._next] = _Answer()
         return self._next, answer
 
+    def open_plain(self, exchange: InferExchange, on_answer: OnAnswer) -> int:
+        self._next += 1
+        self.plain[self._next] = (exchange, on_answer)
+        return self._next
+
     def _frame(self, kind: int, exchange: int, body: memoryview) -> None:
+        waiting = self.plain.pop(exchange, None)
+        if waiting is not None:
+            plain, on_answer = waiting
+            on_answer(plain, _answer_of(kind, body))
+            return
         answer = self.answers.get(exchange)
         if answer is None:
             return
@@ -75,6 +92,50 @@ class EngineLink:
         self.lost.set()
         for answer in self.answers.values():
             answer.put(frames.ABORT, None)
+        plain, self.plain = self.plain, {}
+        for exchange, on_answer in plain.values():
+            on_answer(exchange, Answer(503, _UNAVAILABLE))
+
+
+def _answer_of(kind: int, body: memoryview) -> Answer:
+    """The answer an engine's frame gives a plain inference: an ANSWER; a RESPONSE when the
+    engine ran it in the application (whose infer answers come whole, in one frame)."""
+    if kind == frames.ANSWER:
+        return Answer(*frames.read_answer(body))
+    if kind == frames.RESPONSE:
+        (status, headers), more, data = frames.read_json(body)
+        if not more:
+            named = dict(headers)
+            json_length = named.get(HEADER_LENGTH)
+            return Answer(status, data, None if json_length is None else int(json_length),
+                          named.get("content-encoding"))
+    return Answer(500, _ABORTED)
+
+
+class ForwardedInfer:
+    """Plain inferences of this frontend's HTTP protocol, forwarded to the engine as
+    ``INFER`` frames (:class:`naiad.frontends.http.protocol.PlainInfer`); ``limit`` is the
+    engine's ``--http-max-input-size``."""
+
+    def __init__(self, link: EngineLink, limit: int) -> None:
+        self.link = link
+        self.limit = limit
+
+    def takes_plain_requests(self) -> bool:
+        return not self.link.lost.is_set()
+
+    def start(self, exchange: InferExchange, body: bytes, loop: asyncio.AbstractEventLoop,
+              on_answer: OnAnswer) -> None:
+        link = self.link
+        ticket = exchange.ticket = link.open_plain(exchange, on_answer)
+        link.protocol.write(frames.infer_frame(ticket, exchange.model_name, exchange.version,
+                                               exchange.headers, body))
+
+    def withdraw(self, exchange: InferExchange) -> None:
+        exchange.disconnected = True
+        ticket = exchange.ticket
+        if self.link.plain.pop(ticket, None) is not None:
+            self.link.protocol.write(frames.frame(frames.DISCONNECT, ticket))
 
 
 def _forwarded_scope(scope: dict[str, Any]) -> dict[str, Any]:

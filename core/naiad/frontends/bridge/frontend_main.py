@@ -22,7 +22,7 @@ import sys
 from typing import Any
 
 from naiad import logs
-from naiad.frontends.bridge.frontend import EngineLink, ForwardingApp
+from naiad.frontends.bridge.frontend import EngineLink, ForwardedInfer, ForwardingApp
 from naiad.frontends.http.limits import HTTPLimits
 from naiad.frontends.http.listener import UvicornListener
 
@@ -62,8 +62,10 @@ async def serve(args: argparse.Namespace) -> int:
         if args.engine:
             link = EngineLink(args.engine)
             await link.connect()
+            plain = None if args.infer_limit is None else ForwardedInfer(link, args.infer_limit)
             listener = UvicornListener(ForwardingApp(link), "", 0,
-                                       limits=HTTPLimits(**json.loads(args.limits)))
+                                       limits=HTTPLimits(**json.loads(args.limits)),
+                                       infer=plain)
             await listener.start([socket.socket(fileno=int(fd))
                                   for fd in args.listen_fds.split(",")])
             ended.append(asyncio.ensure_future(link.lost.wait()))
@@ -106,6 +108,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--engine", help="the engine's Unix socket for HTTP")
     parser.add_argument("--listen-fds", help="inherited HTTP listening sockets, comma-separated")
     parser.add_argument("--limits", help="HTTPLimits fields as JSON")
+    parser.add_argument("--infer-limit", type=int,
+                        help="forward plain inferences up to this many bytes without ASGI "
+                             "(absent: every request through the application)")
     parser.add_argument("--grpc-engine", help="the engine's Unix socket for gRPC")
     parser.add_argument("--grpc", help="where and how to serve gRPC, as JSON")
     args = parser.parse_args(argv)

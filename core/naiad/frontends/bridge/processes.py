@@ -143,6 +143,9 @@ class FrontendProcesses:
         if self.http is not None:
             argv += ["--engine", self.bridge.path, "--listen-fds", ",".join(map(str, fds)),
                      "--limits", json.dumps(dataclasses.asdict(self.http.limits))]
+            route = getattr(self.http.app, "fast_infer", None)
+            if route is not None:  # plain inferences skip ASGI (frames.INFER)
+                argv += ["--infer-limit", str(route.limit)]
         if self.grpc is not None and self.grpc_bridge is not None:
             argv += ["--grpc-engine", self.grpc_bridge.path, "--grpc", self.grpc.settings()]
         # A session of its own: a signal to the server's process group (Ctrl-C) is the

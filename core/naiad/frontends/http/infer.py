@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import CancelledError, Future
-from typing import NamedTuple
+from functools import partial
+from typing import Any, NamedTuple
 
 from naiad.classification import classify_response
 from naiad.errors import InferenceServerError, Status, http_status, invalid_arg
@@ -81,6 +82,29 @@ class Answer(NamedTuple):
     encoding: str | None = None
 
 
+class InferExchange:
+    """One plain inference answered without an ASGI cycle, as an :class:`InferRoute` (or a
+    frontend process's stand-in for it) sees it: what the request named and sent, and,
+    once started, what runs it. Callers that carry more (naiad's HTTP protocol, the
+    engine's end of a frontend process) extend it."""
+
+    __slots__ = ("disconnected", "future", "headers", "heads", "model", "model_name",
+                 "request", "ticket", "version")
+
+    def __init__(self, model_name: str, version: str, heads: InferHeaders,
+                 headers: Headers) -> None:
+        self.model_name, self.version = model_name, version
+        self.heads, self.headers = heads, headers
+        self.disconnected = False  # the client went away: nobody to answer
+        self.model: ModelVersion | None = None
+        self.request: InferenceRequest | None = None
+        self.future: Future[InferenceResponse] | None = None
+        self.ticket = 0  # its number between a frontend process and the engine
+
+
+OnAnswer = Callable[[Any, Answer], object]
+
+
 class DecoupledRefused(InferenceServerError):
     """A decoupled model asked for one answer: tritonserver's 501."""
 
@@ -105,6 +129,44 @@ class InferRoute:
         if waiter is None or waiter.loop is not loop:
             waiter = self._waiter = LoopWaiter(loop)
         return waiter
+
+    # --- an exchange without ASGI (naiad's HTTP protocol, frontend processes) -----------
+
+    def takes_plain_requests(self) -> bool:
+        """Whether plain inferences may skip the ASGI application now: not while the server
+        traces (the traced path takes the protocol's timestamps)."""
+        return self.server.tracer is None
+
+    def start(self, exchange: InferExchange, body: bytes, loop: asyncio.AbstractEventLoop,
+              on_answer: OnAnswer) -> None:
+        """Run ``exchange`` and call ``on_answer(exchange, answer)`` on ``loop`` when it is
+        answered (at once for a request refused as it arrives); not when the client went
+        away meanwhile."""
+        try:
+            model = self.find(exchange.model_name, exchange.version)
+            request, future = self.submit(model, exchange.heads, body, exchange.headers)
+        except Exception as exc:
+            on_answer(exchange, failure(exchange.model_name, exc))
+            return
+        exchange.model, exchange.request, exchange.future = model, request, future
+        self.waiter(loop).when_done(future, partial(self._finished, exchange, on_answer))
+
+    def _finished(self, exchange: InferExchange, on_answer: OnAnswer,
+                  future: Future[InferenceResponse]) -> None:
+        if exchange.disconnected:
+            return  # nobody to answer
+        on_answer(exchange, self.outcome(exchange.model, exchange.request,  # type: ignore[arg-type]
+                                         future, exchange.heads.accept))
+
+    def withdraw(self, exchange: InferExchange) -> None:
+        """The client of ``exchange`` went away: as on the ASGI path, a request its scheduler
+        still holds is withdrawn; one already running finishes unread."""
+        exchange.disconnected = True
+        model = exchange.model
+        if model is not None and model.scheduler.holds_requests:
+            exchange.future.cancel()  # type: ignore[union-attr]
+
+    # --- the steps ------------------------------------------------------------------------
 
     def find(self, model_name: str, version: str) -> ModelVersion:
         """The model version to run, before the body is read: a decoupled model is refused."""

@@ -13,9 +13,8 @@ import socket
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from naiad.frontends.http.infer import InferRoute
 from naiad.frontends.http.limits import HTTPLimits, HypercornGuard, hypercorn_settings
-from naiad.frontends.http.protocol import naiad_protocol
+from naiad.frontends.http.protocol import PlainInfer, naiad_protocol
 from naiad.sockets import bind_listening_sockets
 
 HTTP_SERVERS = ("uvicorn", "hypercorn")
@@ -25,11 +24,12 @@ REUSE_FLAG = "--reuse-http-port"
 
 class UvicornListener:
     """A uvicorn server that leaves signal handling to naiad. With ``infer`` (the
-    application's :class:`InferRoute`), naiad's protocol answers plain inferences itself
-    (:mod:`.protocol`); everything else reaches ``app``."""
+    application's :class:`~naiad.frontends.http.infer.InferRoute`, or a frontend process's
+    forwarder), naiad's protocol answers plain inferences itself (:mod:`.protocol`);
+    everything else reaches ``app``."""
 
     def __init__(self, app: Any, host: str, port: int, reuse_port: bool = False,
-                 limits: HTTPLimits | None = None, infer: InferRoute | None = None) -> None:
+                 limits: HTTPLimits | None = None, infer: PlainInfer | None = None) -> None:
         import uvicorn
 
         class Server(uvicorn.Server):
@@ -106,7 +106,7 @@ class HypercornListener:
 
 
 def http_listener(kind: str, app: Any, host: str, port: int, reuse_port: bool = False,
-                  limits: HTTPLimits | None = None, infer: InferRoute | None = None
+                  limits: HTTPLimits | None = None, infer: PlainInfer | None = None
                   ) -> UvicornListener | HypercornListener:
     """The listener of ``--http-server`` ``kind``. ``infer``: see :class:`UvicornListener`
     (hypercorn serves every request, inferences included, through the ASGI application)."""

@@ -25,48 +25,41 @@ request in flight.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 from collections.abc import Sequence
-from concurrent.futures import Future
-from typing import Any
+from typing import Any, Protocol
 
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
 from naiad.frontends.http.infer import (
     HEADER_LENGTH_BYTES,
     Answer,
+    InferExchange,
     InferHeaders,
-    InferRoute,
-    failure,
+    OnAnswer,
     infer_headers,
     split_infer_path,
 )
 from naiad.frontends.http.limits import GuardedHttpToolsProtocol, HTTPLimits
-from naiad.models.records import ModelVersion
-from naiad.types import InferenceRequest, InferenceResponse
 
 _JSON_TYPE = b"content-type: application/json\r\n"
 _BINARY_TYPE = b"content-type: application/octet-stream\r\n" + HEADER_LENGTH_BYTES + b": %d\r\n"
 _CLOSE = b"connection: close\r\n"
 
 
-class _Exchange:
+class _Exchange(InferExchange):
     """One request naiad answers itself, from its header block to its answer. The
     attributes uvicorn and the limits read on ``self.cycle`` keep their meaning."""
 
-    __slots__ = ("chunks", "disconnected", "future", "headers", "heads", "keep_alive", "model",
-                 "model_name", "request", "response_complete", "response_started", "version")
+    __slots__ = ("chunks", "keep_alive", "response_complete", "response_started")
 
     def __init__(self, model_name: str, version: str, heads: InferHeaders,
                  headers: list[tuple[bytes, bytes]], keep_alive: bool) -> None:
-        self.model_name, self.version = model_name, version
-        self.heads, self.headers = heads, headers
+        super().__init__(model_name, version, heads, headers)
         self.chunks: list[bytes] = []
         self.keep_alive = keep_alive
-        self.response_started = self.response_complete = self.disconnected = False
-        self.model: ModelVersion | None = None
-        self.request: InferenceRequest | None = None
-        self.future: Future[InferenceResponse] | None = None
+        self.response_started = self.response_complete = False
 
     @property
     def message_event(self) -> _Exchange:
@@ -80,7 +73,7 @@ class NaiadHttpProtocol(GuardedHttpToolsProtocol):
     """The guarded protocol, answering plain inferences through ``infer`` (None: every
     request takes the ASGI path)."""
 
-    def __init__(self, *args: Any, limits: HTTPLimits, infer: InferRoute | None,
+    def __init__(self, *args: Any, limits: HTTPLimits, infer: PlainInfer | None,
                  **kwargs: Any) -> None:
         super().__init__(*args, limits=limits, **kwargs)
         self.infer = infer
@@ -119,11 +112,7 @@ class NaiadHttpProtocol(GuardedHttpToolsProtocol):
     def connection_lost(self, exc: Exception | None) -> None:
         exchange = self._running
         if exchange is not None and not exchange.response_complete:
-            exchange.disconnected = True
-            # As the ASGI path: a request its scheduler still holds is withdrawn; one
-            # already running finishes unread.
-            if exchange.model is not None and exchange.model.scheduler.holds_requests:
-                exchange.future.cancel()  # type: ignore[union-attr]
+            self.infer.withdraw(exchange)  # type: ignore[union-attr]
         super().connection_lost(exc)
 
     # --- the exchange ---------------------------------------------------------------------
@@ -132,7 +121,7 @@ class NaiadHttpProtocol(GuardedHttpToolsProtocol):
         """An exchange for the request whose header block just ended, or None when it must
         take the ASGI path (the conditions are in the module's docstring)."""
         route = self.infer
-        if route is None or route.server.tracer is not None:
+        if route is None or not route.takes_plain_requests():
             return None
         parser = self.parser
         cycle = self.cycle
@@ -153,32 +142,19 @@ class NaiadHttpProtocol(GuardedHttpToolsProtocol):
         return _Exchange(names[0], names[1], heads, self.headers, parser.should_keep_alive())
 
     def _run(self, exchange: _Exchange) -> None:
-        route: InferRoute = self.infer  # type: ignore[assignment]
         chunks = exchange.chunks
         body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
         exchange.chunks = []
         self._running = exchange
-        try:
-            model = route.find(exchange.model_name, exchange.version)
-            request, future = route.submit(model, exchange.heads, body, exchange.headers)
-        except Exception as exc:
-            self._answer(exchange, failure(exchange.model_name, exc))
-            return
-        exchange.model, exchange.request, exchange.future = model, request, future
-        route.waiter(self.loop).when_done(future, functools.partial(self._finished, exchange))
-
-    def _finished(self, exchange: _Exchange, future: Future[InferenceResponse]) -> None:
-        if exchange.disconnected:
-            return  # nobody to answer
-        route: InferRoute = self.infer  # type: ignore[assignment]
-        self._answer(exchange, route.outcome(exchange.model, exchange.request,  # type: ignore[arg-type]
-                                             future, exchange.heads.accept))
+        self.infer.start(exchange, body, self.loop, self._answer)  # type: ignore[union-attr]
 
     def _answer(self, exchange: _Exchange, reply: Answer) -> None:
+        if exchange.disconnected:
+            return  # nobody to answer
         exchange.response_started = exchange.response_complete = True
         self._running = None
         transport = self.transport
-        if exchange.disconnected or transport.is_closing():
+        if transport.is_closing():
             return
         transport.write(response_bytes(reply, exchange.keep_alive,
                                        self.server_state.default_headers))
@@ -206,6 +182,21 @@ def response_bytes(reply: Answer, keep_alive: bool,
     return b"".join(parts)
 
 
-def naiad_protocol(limits: HTTPLimits, infer: InferRoute | None) -> Any:
+class PlainInfer(Protocol):
+    """What answers plain inferences for the protocol: the server's :class:`InferRoute`, or,
+    in a frontend process, what forwards them to the engine
+    (:class:`naiad.frontends.bridge.frontend.ForwardedInfer`)."""
+
+    limit: int  # --http-max-input-size
+
+    def takes_plain_requests(self) -> bool: ...
+
+    def start(self, exchange: InferExchange, body: bytes, loop: asyncio.AbstractEventLoop,
+              on_answer: OnAnswer) -> None: ...
+
+    def withdraw(self, exchange: InferExchange) -> None: ...
+
+
+def naiad_protocol(limits: HTTPLimits, infer: PlainInfer | None) -> Any:
     """The protocol factory to give uvicorn's ``Config(http=...)``."""
     return functools.partial(NaiadHttpProtocol, limits=limits, infer=infer)

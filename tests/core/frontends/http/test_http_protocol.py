@@ -1,7 +1,9 @@
 """naiad's uvicorn protocol answering plain inferences itself (naiad.frontends.http.protocol),
 end to end on raw sockets: it answers exactly as the ASGI path does (a query string sends the
 same request down the ASGI path), keeps pipelined answers in order across both paths, reads a
-body arriving in pieces and honours ``Connection: close``."""
+body arriving in pieces and honours ``Connection: close``. Each test runs against a server in
+one process and against one with frontend processes, whose plain inferences cross to the
+engine as INFER frames (naiad.frontends.bridge) and whose ASGI path as REQUEST frames."""
 
 from __future__ import annotations
 
@@ -21,12 +23,14 @@ WAIT = 20  # seconds: the longest a read may wait (reached only when an answer i
 DATA = [1.5, -2.0, 3.25, 4.0]
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+@pytest.fixture(scope="module", params=["one process", "frontend processes"])
+def server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+           ) -> Iterator[ServerProcess]:
     repo = tmp_path_factory.mktemp("protocol")
     write_model(repo, "identity", identity_config("identity", "TYPE_FP32"), IDENTITY_PY)
     write_model(repo, "raises", identity_config("raises", "TYPE_FP32"), RAISES_PY)
-    with naiad_server("--model-repository", str(repo)) as started:
+    processes = ["--frontend-processes", "2"] if request.param == "frontend processes" else []
+    with naiad_server("--model-repository", str(repo), *processes) as started:
         yield started
 
 

@@ -15,7 +15,7 @@ from test_unit_http_limits import Transport
 from uvicorn.config import Config
 from uvicorn.server import ServerState
 
-from naiad.frontends.http.infer import Answer
+from naiad.frontends.http.infer import Answer, InferRoute
 from naiad.frontends.http.limits import HTTPLimits
 from naiad.frontends.http.protocol import NaiadHttpProtocol, _Exchange
 from naiad.futures import LoopWaiter
@@ -24,8 +24,9 @@ LIMITS = HTTPLimits(max_header_size=4096, max_header_count=20, keepalive_timeout
                     header_timeout=60, body_timeout=60)
 
 
-class Route:
-    """Stands in for InferRoute: each submitted request's future waits for the test."""
+class Route(InferRoute):
+    """Stands in for the server's InferRoute (its steps replaced, its exchange kept): each
+    submitted request's future waits for the test."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop, holds_requests: bool = False) -> None:
         self.server = SimpleNamespace(tracer=None)

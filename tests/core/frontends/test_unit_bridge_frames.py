@@ -1,0 +1,49 @@
+"""The frames of a plain inference between a frontend process and the engine
+(``naiad.frontends.bridge.frames``: INFER and ANSWER), and how a frontend reads the engine's
+answer when the engine ran the request in the application instead (a RESPONSE)."""
+
+from __future__ import annotations
+
+import pytest
+
+from naiad.frontends.bridge import frames
+from naiad.frontends.bridge.frontend import _answer_of
+from naiad.frontends.http.infer import Answer
+
+
+def body_of(data: bytes) -> memoryview:
+    """A frame's body, as FrameProtocol hands it over."""
+    return memoryview(data)[frames.HEAD_SIZE:]
+
+
+def test_an_infer_frame_carries_names_headers_and_body_as_they_came() -> None:
+    headers = [(b"host", b"x"), (b"inference-header-content-length", b"12"),
+               (b"x-caf\xe9", b"\xff latin-1 \x80")]
+    data = frames.infer_frame(7, "m\u00e9ta/名前", "3", headers, b"\x00body\xff")
+    assert data[4] == frames.INFER
+    assert frames.read_infer(body_of(data)) == ("m\u00e9ta/名前", "3", headers, b"\x00body\xff")
+
+
+@pytest.mark.parametrize("answer", [Answer(200, b'{"outputs":[]}'),
+                                    Answer(200, b"{}\x00\x01", 2, "gzip"),
+                                    Answer(501, b'{"error":"decoupled"}', None, None)])
+def test_an_answer_frame_gives_the_frontend_the_engines_answer(answer: Answer) -> None:
+    data = frames.answer_frame(9, *answer)
+    assert data[4] == frames.ANSWER
+    assert _answer_of(frames.ANSWER, body_of(data)) == answer
+
+
+def test_a_response_from_the_application_becomes_the_same_answer() -> None:
+    headers = [["content-length", "6"], ["content-type", "application/octet-stream"],
+               ["inference-header-content-length", "2"], ["content-encoding", "deflate"]]
+    data = frames.with_json(frames.RESPONSE, 4, [200, headers], False, b"{}\x01\x02\x03\x04")
+    assert _answer_of(frames.RESPONSE, body_of(data)) == \
+        Answer(200, b"{}\x01\x02\x03\x04", 2, "deflate")
+
+
+def test_an_answer_the_engine_abandoned_is_an_internal_error() -> None:
+    unfinished = frames.with_json(frames.RESPONSE, 4, [200, []], True, b"{")
+    for kind, body in ((frames.ABORT, memoryview(b"")),
+                       (frames.RESPONSE, body_of(unfinished))):
+        answer = _answer_of(kind, body)
+        assert answer.status == 500 and b"ended the answer" in answer.body
