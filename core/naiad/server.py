@@ -4,8 +4,11 @@ Frontends decode the wire format into an :class:`InferenceRequest`, call
 :meth:`InferenceServer.infer`, wait for the future it returns in their own way (the HTTP
 event loop awaits it, a gRPC handler thread blocks on it), pass the response through
 :func:`answer` and encode it. Everything else a frontend answers (health, metadata,
-repository, statistics, shared memory) is a method here too, so HTTP and gRPC cannot drift
-apart.
+repository, statistics, shared memory) is a method of :class:`InferenceServer` too, so HTTP
+and gRPC cannot drift apart; those that are not the request path or the server's lifecycle
+are written in modules of their own and mixed in: metadata, configuration, statistics and
+trace settings (:mod:`naiad.metadata`), loading and unloading on request
+(:mod:`naiad.models.control`).
 """
 
 from __future__ import annotations
@@ -18,13 +21,11 @@ import time
 from concurrent.futures import Future, InvalidStateError
 from pathlib import Path
 
-from tritonclient.grpc.model_config_pb2 import DataType
-
-from naiad import __version__
-from naiad.datatypes import config_to_datatype
-from naiad.errors import InferenceServerError, Status, invalid_arg, unavailable
+from naiad.errors import InferenceServerError, Status, unavailable
+from naiad.metadata import ServerMetadata
 from naiad.metrics.histogram import Histogram
 from naiad.model_client import ServerModels
+from naiad.models.control import ModelControl
 from naiad.models.manager import ModelManager
 from naiad.models.poller import RepositoryPoller
 from naiad.models.progress import progress
@@ -55,30 +56,9 @@ SECONDS = 1.0
 # Past --exit-timeout-secs the instances are aborted, and the requests of the ones whose
 # worker process was killed fail on their own within this long; the rest are failed then.
 ABORT_SETTLE_S = 1 * SECONDS
-# Triton's answer to a load or unload request unless --model-control-mode=explicit (in
-# "none" mode too); clients and scripts look for this text.
-CONTROL_REFUSED = "explicit model load / unload is not allowed if polling is enabled"
-
-# The protocol extensions naiad implements (reported by GET /v2 and ServerMetadata), in
-# tritonserver 2.51's order. Not listed, because naiad does not implement it:
-# cuda_shared_memory (docs/compatibility.md).
-EXTENSIONS = [
-    "classification",
-    "sequence",
-    "model_repository",
-    "model_repository(unload_dependents)",
-    "schedule_policy",
-    "model_configuration",
-    "system_shared_memory",
-    "binary_tensor_data",
-    "parameters",
-    "statistics",
-    "trace",
-    "logging",
-]
 
 
-class InferenceServer:
+class InferenceServer(ServerMetadata, ModelControl):
     """Models, shared memory and the request path, shared by the HTTP and gRPC frontends."""
 
     def __init__(self, options: ServerOptions, plugins: PluginManager | None = None) -> None:
@@ -439,131 +419,6 @@ class InferenceServer:
         self.in_flight -= 1
         lock.release()
 
-    # --- metadata -----------------------------------------------------------------------
-
-    def server_metadata(self) -> dict:
-        return {"name": self.options.server_id, "version": __version__,
-                "extensions": EXTENSIONS}
-
-    def model_metadata(self, name: str, version: str = "") -> dict:
-        model = self.models.get(name, version)
-        batch = model.config.max_batch_size > 0
-
-        def tensors(items: object) -> list[dict]:
-            return [{
-                "name": t.name,
-                "datatype": config_to_datatype(_type_name(t.data_type)),
-                "shape": ([-1] if batch else []) + list(t.dims),
-            } for t in items]  # type: ignore[attr-defined]
-
-        return {
-            "name": name,
-            "versions": [str(v) for v in sorted(self.models.models[name].versions)],
-            "platform": model.config.platform or model.config.backend,
-            "inputs": tensors(model.config.input),
-            "outputs": tensors(model.config.output),
-        }
-
-    def model_config(self, name: str, version: str = "") -> dict:
-        return self.models.get(name, version).config_json
-
-    def statistics(self, name: str = "", version: str = "") -> list[dict]:
-        if not name:
-            return [v.stats.as_dict() for record in sorted(self.models.models.values(),
-                                                          key=lambda r: r.name)
-                    for _, v in sorted(record.versions.items())]
-        record = self.models.models.get(name)
-        if record is None or not record.versions:
-            raise invalid_arg(f"requested model '{name}' is not available")
-        if version:
-            try:
-                return [self.models.get(name, version).stats.as_dict()]
-            except InferenceServerError:
-                raise invalid_arg(f"requested model '{name}' version {version} is not "
-                                  f"available") from None
-        return [v.stats.as_dict() for _, v in sorted(record.versions.items())]
-
-    def trace_settings(self, model: str, changes: dict[str, object]
-                       ) -> list[tuple[str, list[str]]]:
-        """Triton's trace extension, for the server (``model`` "") or one model: the
-        settings after applying ``changes`` (none: read them), in Triton's order, every
-        value a list. See :meth:`naiad.tracing.TraceManager.update`."""
-        if model and model not in self.models.models:
-            raise invalid_arg(f"Request for unknown model : {model}")
-        if not changes:
-            return self.tracing.view(model)
-        settings = self.tracing.update(model, changes)
-        self.tracer = self.tracing if self.tracing.active else None
-        return settings
-
-    # --- repository ---------------------------------------------------------------------
-
-    def _check_control(self) -> None:
-        # Triton refuses with UNAVAILABLE (HTTP 503) and this text in "none" and "poll" mode
-        # alike, whatever the model; naiad adds which mode it runs in.
-        mode = self.options.model_control_mode
-        if mode != "explicit":
-            raise InferenceServerError(
-                f"{CONTROL_REFUSED} (the model control mode is '{mode}'; start with "
-                f"--model-control-mode=explicit)", Status.UNAVAILABLE)
-
-    async def load_model(self, name: str, config: str | None = None,
-                         files: dict[str, bytes] | None = None) -> None:
-        """Load (or reload) model ``name`` from the repositories, ``config`` (JSON)
-        overriding its configuration; or, with ``files`` (``file:<path>`` -> content), from
-        a private folder holding just those files, ``config`` being its configuration
-        (required then, as in Triton). A failed load leaves what served serving."""
-        self._check_control()
-        folder = None
-        if files:
-            if config is None:
-                raise invalid_arg(f"failed to load '{name}': the 'config' parameter is "
-                                  f"required with file parameters (it is the configuration "
-                                  f"of the model the files make up)")
-            folder = await asyncio.to_thread(self.staging.stage, name, files)
-        try:
-            if folder is None:
-                await self._sync_mirrors([name])
-            await self.models.load(name, config, folder=folder)
-        except InferenceServerError as exc:
-            if exc.status in (Status.NOT_FOUND, Status.INVALID_ARG):
-                raise
-            # The request was fine; the model is not: Triton answers 400 here.
-            raise invalid_arg(f"load failed for model '{name}': {exc.message}") from None
-        finally:
-            if folder is not None:
-                self.staging.done(folder)
-            await self._remove_unused_staging()
-            self.settle_heap()
-
-    async def _remove_unused_staging(self) -> None:
-        """Delete the staged files of deployed models that no version uses: neither one that
-        serves nor one still unloading (looked at again once those are unloaded)."""
-        retiring = self.models.retirements.versions
-        in_use = [version.context.model_dir for version in retiring]
-        in_use += [version.context.model_dir for record in list(self.models.models.values())
-                   for version in list(record.versions.values())]
-        unused = self.staging.unused(folder for folder in in_use if folder is not None)
-        if unused:
-            await asyncio.to_thread(self.staging.remove, unused)
-        if any(self.staging.holds(version.context.model_dir) for version in retiring):
-            sweep = asyncio.get_running_loop().create_task(self._sweep_after_retirements())
-            self._staging_sweeps.add(sweep)
-            sweep.add_done_callback(self._staging_sweeps.discard)
-
-    async def _sweep_after_retirements(self) -> None:
-        await self.models.retirements.wait()
-        await self._remove_unused_staging()
-
-    async def unload_model(self, name: str, unload_dependents: bool = False) -> None:
-        self._check_control()
-        try:
-            await self.models.unload(name, unload_dependents)
-        finally:
-            await self._remove_unused_staging()
-            self.settle_heap()
-
-
 def answer(request: InferenceRequest, response: InferenceResponse) -> InferenceResponse:
     """What the client of ``request`` gets: ``response`` with only the outputs it asked for;
     an error response raised as its :class:`InferenceServerError`."""
@@ -626,6 +481,3 @@ def _end_stream(request: InferenceRequest, sender: ResponseSender,
     if request_error is not None:
         sender.fail(request_error)
 
-
-def _type_name(value: int) -> str:
-    return DataType.Name(value)

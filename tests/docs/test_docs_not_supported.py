@@ -14,8 +14,8 @@ import pytest
 from naiad import tritonserver_flags
 from naiad.cli import build_parser
 from naiad.errors import InferenceServerError, Status
+from naiad.metadata import EXTENSIONS
 from naiad.plugins import BACKENDS_WITHOUT_PLUGIN, ENTRY_POINT_GROUPS, KNOWN_PLUGINS, PluginManager
-from naiad.server import EXTENSIONS
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC = (ROOT / "docs" / "not-supported.md").read_text()

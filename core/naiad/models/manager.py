@@ -41,6 +41,7 @@ from naiad.models.records import (
     failure_reasons,
     loading_message,
 )
+from naiad.models.repository_index import repository_index
 from naiad.models.retire import Retirements
 from naiad.models.reuse import configure_and_fingerprint, unchanged_version
 from naiad.models.signature import ModelSignature
@@ -223,32 +224,8 @@ class ModelManager:
                 "; ".join(problem.message for problem in problems))
 
     def index(self, ready_only: bool = False) -> list[dict]:
-        """The repository index: every model (and version) with its state and reason.
-
-        As in Triton, it lists the model folders the repositories hold now: a model whose
-        folder was removed is left out (even while it still serves, before a poll unloads
-        it); a name found in two repositories is listed with the reason it cannot load."""
-        entries = []
-        names = set(self.discover()) | {name for name, record in self.models.items()
-                                        if record.path is None}
-        for name in sorted(names):
-            record = self.models.get(name)
-            if record is None or not record.states:
-                if not ready_only:
-                    entries.append({"name": name})
-                continue
-            for version, (state, reason) in sorted(record.states.items(),
-                                                   key=lambda kv: kv[0] or 0):
-                if ready_only and state != READY:
-                    continue
-                entry = {"name": name}
-                if version is not None:
-                    entry["version"] = str(version)
-                entry["state"] = state
-                if reason:
-                    entry["reason"] = reason
-                entries.append(entry)
-        return entries
+        """The repository index (see :func:`naiad.models.repository_index.repository_index`)."""
+        return repository_index(self.discover(), self.models, ready_only)
 
     async def load_all(self) -> dict[str, str]:
         return await self.load_many(list(self.discover()))
