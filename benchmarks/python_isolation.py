@@ -12,7 +12,8 @@ instances buy, next to the real Triton 2.51, in one run.
    (``../shared/triton/serve.sh``, when set up), each loaded with ``--clients`` closed-loop
    HTTP clients for ``--duration`` seconds. Prints req/s and the count-2/count-1 ratio per
    server: on 2 cores, separate processes can approach 2x; threads sharing one GIL stay
-   near 1x.
+   near 1x. naiad isolated runs twice: in its default ``SCHED_BATCH`` class and with
+   ``--sched-batch=false``.
 
 Every server runs on loopback, one at a time, and is stopped by its process group. Bounded:
 about ``6 * (duration + 5)`` seconds plus the hop part.
@@ -227,6 +228,11 @@ def scaling(duration: float, clients: int, rounds: int) -> None:
             write_model(repo, f"tokenize{count}", tokenize_config(f"tokenize{count}", count,
                                                                   mode), TOKENIZE_PY)
         servers[label] = (repo, [sys.executable, "-m", "naiad", "serve"])
+    # Issue 26 item 4: the server's SCHED_BATCH default against the normal class, where the
+    # load generator wants the same cores (its workers leave SCHED_BATCH either way).
+    servers["naiad isolated, --sched-batch=false"] = (
+        servers["naiad isolated"][0], [sys.executable, "-m", "naiad", "serve",
+                                       "--sched-batch=false"])
     if TRITON_SERVE.exists():
         repo = root / "triton"
         for count in (1, 2):
