@@ -4,55 +4,45 @@ as a child process on PyTriton's default ports; ``RemoteTriton`` binds into a ru
 load API: PyTriton's config as the ``config`` override, and ``file:`` overrides holding a
 generic model.py and the callable pickled by value (cloudpickle), which naiad's Python
 backend runs in its worker processes (or in the server, ``execution-mode=in_process``).
+
+Its parts live where PyTriton keeps them: the bound model in ``naiad.pytriton.models.model``,
+the workspace in ``naiad.pytriton.utils.workspace``, the server process in
+``naiad.pytriton.server.triton_server``; ``Model`` and ``Workspace`` are importable from here
+too, as from PyTriton's module.
 """
 
 from __future__ import annotations
 
 import atexit
 import contextlib
-import ctypes
 import dataclasses
-import json
 import logging
 import os
 import pathlib
 import re
 import secrets
 import shlex
-import shutil
 import signal
 import subprocess
-import sys
-import sysconfig
-import tempfile
 import threading
 import time
-import types
 from collections.abc import Callable, Sequence
 from importlib.metadata import entry_points
 from typing import Any
-
-import cloudpickle
 
 from naiad.pytriton.client import ModelClient
 from naiad.pytriton.client.exceptions import PyTritonClientTimeoutError
 from naiad.pytriton.client.utils import TritonUrl, create_auth_headers, wait_for_server_ready
 from naiad.pytriton.decorators import TritonContext
 from naiad.pytriton.exceptions import (
-    PyTritonBadParameterError,
     PyTritonValidationError,
     not_supported,
 )
-from naiad.pytriton.model_config.common import DeviceKind
-from naiad.pytriton.model_config.generator import model_config_dict
 from naiad.pytriton.model_config.model_config import ModelConfig
 from naiad.pytriton.model_config.tensor import Tensor
-from naiad.pytriton.model_config.triton_model_config import (
-    ResponseCache,
-    TensorSpec,
-    TritonModelConfig,
-)
-from naiad.pytriton.proxy import runtime
+from naiad.pytriton.models.model import Model
+from naiad.pytriton.server import triton_server
+from naiad.pytriton.utils.workspace import Workspace
 
 LOGGER = logging.getLogger("naiad.pytriton.triton")
 
@@ -68,7 +58,6 @@ TRITON_ACCESS_HEADER = "triton-access-token"
 # Extra `naiad serve` arguments for the server Triton() starts (shell syntax), e.g.
 # "--backend-config=python,execution-mode=in_process".
 SERVE_ARGS_ENV = "NAIAD_PYTRITON_SERVE_ARGS"
-PROXY_MODEL = pathlib.Path(__file__).parent / "proxy" / "model.py"
 
 VALID_TRITON_ENDPOINTS = {"health", "metadata", "inference", "shared-memory", "model-config",
                           "model-repository", "statistics", "trace", "logging"}
@@ -232,118 +221,6 @@ class TritonSecurityConfig:
                 f"{', '.join(sorted(VALID_TRITON_ENDPOINTS))}")
         if self.access_token is None and self.restricted_endpoints:
             self.access_token = secrets.token_urlsafe(32)
-
-
-class Workspace:
-    """The folder for the model store; removed by ``clean`` when this object made it."""
-
-    def __init__(self, workspace_path: str | pathlib.Path | None = None) -> None:
-        if workspace_path is None:
-            self.path = pathlib.Path(tempfile.mkdtemp(prefix="pytriton-workspace-"))
-            self._created = True
-        else:
-            self.path = pathlib.Path(workspace_path).resolve()
-            self._created = not self.path.exists()
-            self.path.mkdir(parents=True, exist_ok=True)
-        self.model_store_path = self.path / "model-store"
-        self.model_store_path.mkdir(exist_ok=True)
-
-    def exists(self) -> bool:
-        return self.path.exists()
-
-    def clean(self) -> None:
-        if self._created:
-            shutil.rmtree(self.path, ignore_errors=True)
-        else:
-            shutil.rmtree(self.model_store_path, ignore_errors=True)
-
-
-def _site_dirs() -> list[str]:
-    found = {sysconfig.get_paths()[key] for key in ("purelib", "platlib", "stdlib")}
-    return [os.path.realpath(path) for path in found]
-
-
-def _by_value_modules(callables: Sequence[Callable[..., Any]]) -> list[types.ModuleType]:
-    """The user's own modules the callables come from: pickled with them, so the worker
-    needs neither the user's files nor to import (and run) the user's script."""
-    sites = _site_dirs()
-    found = []
-    for item in callables:
-        while item is not None:
-            module = sys.modules.get(getattr(item, "__module__", None) or "")
-            path = os.path.realpath(getattr(module, "__file__", None) or "") if module else ""
-            if (module is not None and module.__name__ not in ("__main__", "builtins")
-                    and not module.__name__.startswith(("naiad.", "numpy"))
-                    and path and not any(path.startswith(site) for site in sites)):
-                found.append(module)
-            item = (getattr(item, "_naiad_wrapped", None) or getattr(item, "__wrapped__", None)
-                    or getattr(item, "__func__", None))
-    return found
-
-
-def pickle_callables(model_name: str, callables: Sequence[Callable[..., Any]],
-                     strict: bool) -> bytes:
-    """The callables (and ``strict``) as callables.pkl: cloudpickle, by value."""
-    modules = _by_value_modules(callables)
-    for module in modules:
-        with contextlib.suppress(ValueError):
-            cloudpickle.register_pickle_by_value(module)
-    try:
-        return cloudpickle.dumps({"callables": list(callables), "strict": strict})
-    except Exception as exc:
-        raise PyTritonBadParameterError(
-            f"model '{model_name}': the inference callable cannot be pickled into naiad's "
-            f"worker process ({type(exc).__name__}: {exc}); create what it cannot pickle "
-            "(locks, sockets, open files, CUDA handles) inside the callable on its first call "
-            "(docs/pytriton.md)") from exc
-    finally:
-        for module in modules:
-            with contextlib.suppress(ValueError):
-                cloudpickle.unregister_pickle_by_value(module)
-
-
-class Model:
-    """One bound callable (or list of them, one per instance) with its signature."""
-
-    def __init__(self, model_name: str, model_version: int,
-                 infer_func: Callable[..., Any] | Sequence[Callable[..., Any]],
-                 inputs: Sequence[Tensor], outputs: Sequence[Tensor], config: ModelConfig,
-                 strict: bool, triton_context: TritonContext, workspace: Workspace) -> None:
-        self.model_name = model_name
-        self.model_version = model_version
-        self.infer_functions = [infer_func] if callable(infer_func) else list(infer_func)
-        if not self.infer_functions or not all(callable(f) for f in self.infer_functions):
-            raise PyTritonValidationError(
-                "inference_fn has to be either callable or sequence of callables")
-        if any(output.optional for output in outputs):
-            raise PyTritonValidationError("Output tensors cannot be optional.")
-        self.inputs, self.outputs, self.config, self.strict = inputs, outputs, config, strict
-        self.triton_config = TritonModelConfig(
-            model_name=model_name, model_version=model_version, batching=config.batching,
-            batcher=config.batcher, max_batch_size=config.max_batch_size,
-            decoupled=config.decoupled,
-            instance_group={DeviceKind.KIND_CPU: len(self.infer_functions)},
-            # PyTriton's one backend parameter (its proxy's sockets live there): kept so the
-            # config is PyTriton's; naiad's proxy model does not read it.
-            backend_parameters={"workspace-path": workspace.path.as_posix()},
-            inputs=[TensorSpec(name=spec.name or f"INPUT_{i}", dtype=spec.dtype,
-                               shape=tuple(spec.shape), optional=spec.optional)
-                    for i, spec in enumerate(inputs, start=1)],
-            outputs=[TensorSpec(name=spec.name or f"OUTPUT_{i}", dtype=spec.dtype,
-                                shape=tuple(spec.shape))
-                     for i, spec in enumerate(outputs, start=1)],
-            response_cache=ResponseCache(enable=True) if config.response_cache else None)
-        self.config_json = json.dumps(model_config_dict(self.triton_config))
-        for function in self.infer_functions:
-            triton_context.model_configs[function] = self.triton_config
-        self.files = {
-            f"file:{model_version}/model.py": PROXY_MODEL.read_bytes(),
-            f"file:{model_version}/{runtime.CALLABLES_FILE}":
-                pickle_callables(model_name, self.infer_functions, strict),
-        }
-        if config.model_warmup:
-            self.files[f"file:{model_version}/{runtime.WARMUP_FILE}"] = cloudpickle.dumps(
-                list(config.model_warmup))
 
 
 class TritonBase:
@@ -515,13 +392,6 @@ def _terminate_as_interrupt() -> Callable[[], None]:
     return lambda: signal.signal(signal.SIGTERM, previous)
 
 
-def _die_with_parent() -> None:
-    """In the server child: SIGTERM when the program that started it ends (PDEATHSIG), so
-    a killed program leaves no server behind."""
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)
-
-
 def _flag_value(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
@@ -626,14 +496,7 @@ class Triton(TritonBase):
             return
         with self._cv:
             self._stopped = False
-        env = dict(os.environ)
-        # Modules the callables import by name resolve in the worker as in this program.
-        paths = [p for p in sys.path if p and os.path.isdir(p)]
-        env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
-        command = [sys.executable, "-m", "naiad", "serve", *self._serve_args]
-        LOGGER.debug("Starting naiad: %s", " ".join(command))
-        self._process = subprocess.Popen(command, env=env, start_new_session=True,
-                                         preexec_fn=_die_with_parent)
+        self._process = triton_server.start(self._serve_args)
 
     def _is_alive_impl(self) -> bool:
         return self._process is not None and self._process.poll() is None
@@ -660,15 +523,8 @@ class Triton(TritonBase):
 
     def _pre_stop_impl(self) -> None:
         process, self._process = self._process, None
-        if process is None or process.poll() is not None:
-            return
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(SERVER_STOP_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
+        if process is not None:
+            triton_server.stop(process, SERVER_STOP_TIMEOUT_S)
 
 
 class RemoteTriton(TritonBase):

@@ -1,0 +1,1 @@
+"""PyTriton's ``pytriton.models``: a bound model."""

@@ -1,0 +1,1 @@
+"""PyTriton's ``pytriton.server``: the server process ``Triton`` starts (``naiad serve``)."""

@@ -1,0 +1,1 @@
+"""PyTriton's ``pytriton.utils`` modules naiad provides."""
