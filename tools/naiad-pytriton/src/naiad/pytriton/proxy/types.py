@@ -8,8 +8,39 @@ from typing import Any
 import numpy as np
 
 
+class _Tensors:
+    """The mapping of tensor name to numpy array that a request and a response both are,
+    over their ``data``."""
+
+    data: dict[str, np.ndarray]
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        return self.data[name]
+
+    def __setitem__(self, name: str, array: np.ndarray) -> None:
+        self.data[name] = array
+
+    def __delitem__(self, name: str) -> None:
+        del self.data[name]
+
+    def __len__(self) -> int:
+        return len(self.data)
+
+    def __iter__(self):  # type: ignore[no-untyped-def]
+        return iter(self.data)
+
+    def items(self):  # type: ignore[no-untyped-def]
+        return self.data.items()
+
+    def keys(self):  # type: ignore[no-untyped-def]
+        return self.data.keys()
+
+    def values(self):  # type: ignore[no-untyped-def]
+        return self.data.values()
+
+
 @dataclasses.dataclass
-class Request:
+class Request(_Tensors):
     """One request: its inputs (``data``, a mapping of name to numpy array; the request is a
     mapping too) and ``parameters``: the request's parameters and the HTTP/gRPC headers the
     server forwards (``http_header_forward_pattern``)."""
@@ -19,32 +50,8 @@ class Request:
     span: Any | None = None
     requested_output_names: list[str] | None = None
 
-    def __getitem__(self, input_name: str) -> np.ndarray:
-        return self.data[input_name]
-
-    def __setitem__(self, input_name: str, input_data: np.ndarray) -> None:
-        self.data[input_name] = input_data
-
-    def __delitem__(self, input_name: str) -> None:
-        del self.data[input_name]
-
-    def __len__(self) -> int:
-        return len(self.data)
-
-    def __iter__(self):  # type: ignore[no-untyped-def]
-        return iter(self.data)
-
     def __contains__(self, input_name: object) -> bool:
         return input_name in self.data
-
-    def items(self):  # type: ignore[no-untyped-def]
-        return self.data.items()
-
-    def keys(self):  # type: ignore[no-untyped-def]
-        return self.data.keys()
-
-    def values(self):  # type: ignore[no-untyped-def]
-        return self.data.values()
 
     def get(self, input_name: str, default: Any = None) -> Any:
         return self.data.get(input_name, default)
@@ -54,34 +61,10 @@ Requests = list[Request]
 
 
 @dataclasses.dataclass
-class Response:
+class Response(_Tensors):
     """One response: output name to numpy array."""
 
     data: dict[str, np.ndarray]
-
-    def __getitem__(self, output_name: str) -> np.ndarray:
-        return self.data[output_name]
-
-    def __setitem__(self, output_name: str, output_data: np.ndarray) -> None:
-        self.data[output_name] = output_data
-
-    def __delitem__(self, output_name: str) -> None:
-        del self.data[output_name]
-
-    def __len__(self) -> int:
-        return len(self.data)
-
-    def __iter__(self):  # type: ignore[no-untyped-def]
-        return iter(self.data)
-
-    def items(self):  # type: ignore[no-untyped-def]
-        return self.data.items()
-
-    def keys(self):  # type: ignore[no-untyped-def]
-        return self.data.keys()
-
-    def values(self):  # type: ignore[no-untyped-def]
-        return self.data.values()
 
 
 Responses = list[Response]
