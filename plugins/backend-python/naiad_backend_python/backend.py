@@ -27,10 +27,11 @@ from naiad_backend_python.environment import (
     worker_environment,
 )
 from naiad_backend_python.inprocess import InProcessInstance
-from naiad_backend_python.isolated.channel import RegionPolicy, WorkerDied
+from naiad_backend_python.isolated.channel import WorkerDied
 from naiad_backend_python.isolated.instance import IsolatedInstance
 from naiad_backend_python.isolated.metrics import MetricsHandler
 from naiad_backend_python.isolated.process import Launch, WorkerProcess
+from naiad_backend_python.isolated.regions import RegionPolicy
 from naiad_backend_python.metrics import DirectMetrics
 from naiad_backend_python.settings import (
     EXECUTE_TIMEOUT_PARAMETER,

@@ -82,7 +82,8 @@ def test_a_stray_or_broken_answer_is_logged_and_the_channel_keeps_reading(caplog
     import socket
 
     from naiad.errors import InferenceServerError
-    from naiad_backend_python.isolated.channel import RegionPolicy, WorkerChannel
+    from naiad_backend_python.isolated.channel import WorkerChannel
+    from naiad_backend_python.isolated.regions import RegionPolicy
     from naiad_backend_python.stub import naiad_stub_wire as wire
 
     server_end, worker_end = socket.socketpair()

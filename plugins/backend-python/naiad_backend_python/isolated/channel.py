@@ -26,6 +26,7 @@ from typing import Any, NamedTuple
 from naiad.errors import InferenceServerError, Status, unavailable
 from naiad.types import InferenceClient, InferenceRequest, InferenceResponse, Tensor
 from naiad_backend_python.isolated.calls import Handler, ServerCalls
+from naiad_backend_python.isolated.regions import RegionPolicy, free_space
 from naiad_backend_python.isolated.transport import LoopTransport
 from naiad_backend_python.responses import model_response, status_named
 from naiad_backend_python.stub import naiad_stub_wire as wire
@@ -40,27 +41,6 @@ Done = Callable[[Any], object]
 
 class WorkerDied(Exception):
     """The worker's socket closed under a call: the process ended."""
-
-
-class RegionPolicy:
-    """Sizes of an instance's shared memory region (Triton's ``shm-default-byte-size`` and
-    ``shm-growth-byte-size``, and naiad's ``shm-max-byte-size``), and which batches use
-    it (``shm-inline-max-byte-size``)."""
-
-    def __init__(self, directory: str, default: int, growth: int, maximum: int,
-                 inline_max: int) -> None:
-        self.directory = directory
-        self.default = default
-        self.growth = max(growth, 1)
-        self.maximum = maximum
-        self.inline_max = inline_max
-
-    def size_for(self, needed: int) -> int:
-        """The region size that holds ``needed`` bytes: the default, grown in steps."""
-        if needed <= self.default:
-            return self.default
-        steps = -(-(needed - self.default) // self.growth)
-        return min(self.default + steps * self.growth, self.maximum)
 
 
 class _Staged(NamedTuple):
@@ -343,7 +323,7 @@ class WorkerChannel:
                         "%s (%s; %s): its tensors travel over the worker's socket instead, "
                         "which copies them once more", self.model_name, self.instance_name,
                         size, self.regions.directory, exc.strerror or exc,
-                        _free_space(self.regions.directory))
+                        free_space(self.regions.directory))
             return []
         if region is not None:
             region.close()
@@ -622,11 +602,3 @@ class _Deferred(NamedTuple):
     """A batch's responses with None where a response comes after the result."""
 
     responses: list[InferenceResponse | None]
-
-
-def _free_space(directory: str) -> str:
-    try:
-        stat = os.statvfs(directory)
-    except OSError:
-        return f"{directory} is missing"
-    return f"{stat.f_bavail * stat.f_frsize} bytes free there"

@@ -32,12 +32,13 @@ from naiad.types import (
     ModelInstance,
 )
 from naiad_backend_python.isolated.calls import Handler
-from naiad_backend_python.isolated.channel import Done, RegionPolicy, WorkerDied
+from naiad_backend_python.isolated.channel import Done, WorkerDied
 from naiad_backend_python.isolated.process import (
     Launch,
     WorkerProcess,
     ended_message,
 )
+from naiad_backend_python.isolated.regions import RegionPolicy
 from naiad_backend_python.settings import PythonBackendSettings
 from naiad_backend_python.stub import naiad_stub_wire as wire
 

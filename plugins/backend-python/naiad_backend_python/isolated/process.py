@@ -17,7 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from naiad.errors import unavailable
-from naiad_backend_python.isolated.channel import RegionPolicy, WorkerChannel
+from naiad_backend_python.isolated.channel import WorkerChannel
+from naiad_backend_python.isolated.regions import RegionPolicy
 from naiad_backend_python.stub import naiad_stub_wire as wire
 
 log = logging.getLogger("naiad.backend.python")
