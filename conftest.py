@@ -13,6 +13,7 @@ collection this lists, once, what is already known to skip:
 from __future__ import annotations
 
 import os
+import sys
 from collections import defaultdict
 
 import pytest
@@ -81,17 +82,38 @@ def known_skips(session: pytest.Session) -> dict[str, list[str]]:
     return {reason: ids for reason, ids in groups.items() if ids}
 
 
-@pytest.hookimpl(trylast=True)
-def pytest_collection_finish(session: pytest.Session) -> None:
-    """Print the known skips, largest group first, before the first test runs."""
-    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
-    groups = known_skips(session)
-    if reporter is None or not groups:
-        return
-    reporter.write_sep("-", "known before the run: these skip")
+def known_skip_lines(groups: dict[str, list[str]]) -> list[str]:
+    """One line per group, largest first: how many tests (or whole modules), where, why."""
+    lines = []
     for reason, ids in sorted(groups.items(), key=lambda group: -len(group[1])):
         modules = sum("::" not in node_id for node_id in ids)
         counts = [f"{n} {what}{'s' if n > 1 else ''}"
                   for n, what in ((len(ids) - modules, "test"), (modules, "whole module")) if n]
-        count = ", ".join(counts)
-        reporter.write_line(f"{count} in {_folders(ids)}: {reason}")
+        lines.append(f"{', '.join(counts)} in {_folders(ids)}: {reason}")
+    return lines
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Print the known skips, largest group first, before the first test runs.
+
+    Under pytest-xdist the controller collects nothing and a worker's terminal output is not
+    shown: the first worker (gw0, which collects every test) writes the block to the run's
+    standard error instead, which the workers share with the controller."""
+    groups = known_skips(session)
+    if not groups:
+        return
+    title = "known before the run: these skip"
+    worker = getattr(session.config, "workerinput", None)
+    if worker is not None:
+        if worker.get("workerid") == "gw0":
+            block = "\n".join([f"--- {title} ---", *known_skip_lines(groups)])
+            sys.__stderr__.write(f"\n{block}\n")
+            sys.__stderr__.flush()
+        return
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is None:
+        return
+    reporter.write_sep("-", title)
+    for line in known_skip_lines(groups):
+        reporter.write_line(line)

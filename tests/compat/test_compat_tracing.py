@@ -16,13 +16,13 @@ import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from compat_helpers import GOOD_MODELS, MODEL_REPOSITORY, http_request, on_both
-from conftest import (
+from compat_peer import (
     SELF_TEST,
     START_TIMEOUT,
     TRITON_PEER_DIR,
-    _naiad_cmd,
-    _triton_cmd,
     compat_server,
+    naiad_cmd,
+    triton_cmd,
 )
 
 TRACE_ARGS = ["--trace-config", "level=TIMESTAMPS", "--trace-config", "rate=1000"]
@@ -38,8 +38,8 @@ def traced(tmp_path_factory: pytest.TempPathFactory, triton_serve_script: Path) 
     servers = {}
     for name, file in files.items():
         args = [*TRACE_ARGS, "--trace-config", f"triton,file={file}"]
-        cmd = (_naiad_cmd(args, MODEL_REPOSITORY) if name == "naiad" and not SELF_TEST
-               else _triton_cmd(triton_serve_script, args, MODEL_REPOSITORY))
+        cmd = (naiad_cmd(args, MODEL_REPOSITORY) if name == "naiad" and not SELF_TEST
+               else triton_cmd(triton_serve_script, args, MODEL_REPOSITORY))
         servers[name] = compat_server(cmd, GOOD_MODELS, env=env, ready_timeout=START_TIMEOUT)
     starters = [threading.Thread(target=s.start) for s in servers.values()]
     for thread in starters:

@@ -21,11 +21,11 @@ for folder in (TESTS / "core", TESTS / "compat"):
     if str(folder) not in sys.path:
         sys.path.insert(0, str(folder))
 
-from compat.conftest import (  # noqa: E402
+from compat_peer import (  # noqa: E402
     START_TIMEOUT,
     TRITON_PEER_DIR,
-    _triton_cmd,
     compat_server,
+    triton_cmd,
     triton_serve_script,  # noqa: F401 - the fixture, for tests/tools
 )
 from perf_analyzer_tool import PerfAnalyzer, find_or_set_up  # noqa: E402
@@ -59,7 +59,7 @@ def perf_server(perf_repo: Path) -> Iterator[ServerProcess]:
 def triton_perf_server(perf_repo: Path,
                        triton_serve_script: Path) -> Iterator[ServerProcess]:  # noqa: F811
     """The real tritonserver 2.51 on the same models (skips when it cannot be set up)."""
-    server = compat_server(_triton_cmd(triton_serve_script, [], perf_repo),
+    server = compat_server(triton_cmd(triton_serve_script, [], perf_repo),
                            (*PERF_MODELS, "accumulate"),
                            env={"TRITON_PEER_DIR": str(TRITON_PEER_DIR)},
                            ready_timeout=START_TIMEOUT)

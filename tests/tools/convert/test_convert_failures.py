@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import QUICK, convert, entry, report, statuses
+from convert_helpers import QUICK, convert, entry, report, statuses
 from naiad_convert.cli import main
 from naiad_convert.errors import EXIT_NO_FORMAT, EXIT_OK, EXIT_USAGE
 from tiny_models import Branchy

@@ -11,7 +11,7 @@ import sys
 import time
 
 import pytest
-from conftest import COMMAND_TIMEOUT, QUICK, entry, report, run_ok, statuses
+from convert_helpers import COMMAND_TIMEOUT, QUICK, entry, report, run_ok, statuses
 
 pytestmark = pytest.mark.long
 

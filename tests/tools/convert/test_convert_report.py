@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import report
+from convert_helpers import report
 from naiad_convert.report import PALETTE, SKIPPED_COLOUR
 
 Image = pytest.importorskip("PIL.Image", reason="Pillow reads the screenshot")

@@ -14,7 +14,7 @@ import pytest
 import torch
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
-from conftest import QUICK, entry, report, statuses
+from convert_helpers import QUICK, entry, report, statuses
 from google.protobuf import text_format
 from naiad_convert.cli import main
 from tiny_models import MLP, NoOnnx, make_cnn

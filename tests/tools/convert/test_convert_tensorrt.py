@@ -5,7 +5,7 @@ step is skipped with its reason, test_convert_serve.py)."""
 from __future__ import annotations
 
 import pytest
-from conftest import QUICK, entry, report, statuses
+from convert_helpers import QUICK, entry, report, statuses
 
 torch = pytest.importorskip("torch")
 trt = pytest.importorskip("tensorrt", reason="TensorRT is not installed")
