@@ -21,6 +21,7 @@ from importlib.metadata import entry_points
 from pathlib import Path
 
 from naiad.testing.parent_death import popen_ending_with_this_process
+from naiad.testing.port_owner import port_listener_is_foreign
 
 SECONDS = 1.0
 
@@ -30,6 +31,15 @@ FRONTEND_PORT_FLAGS = {"openai": "--openai-port"}
 #: ... and the flag that turns the frontend on (off by default: ``--allow-openai``)
 FRONTEND_SWITCHES = {"openai": "--allow-openai"}
 _TRUE = ("true", "1", "on", "yes")
+#: how many times ``ServerProcess.start`` starts a server on new ports when the HTTP port it
+#: was given is found to be another process's (see ``naiad.testing.port_owner``)
+PORT_TAKEN_ATTEMPTS = 3
+#: what a server that failed to bind a port prints (Python's OSError, Triton, gRPC)
+PORT_TAKEN_WORDS = ("already in use", "failed to bind")
+
+
+class ServerExitedEarly(RuntimeError):
+    """The server process ended before it was ready (its log is in the message)."""
 
 
 def free_port() -> int:
@@ -111,6 +121,23 @@ class ServerProcess:
         ready_status: int = 200,
         ready_headers: dict[str, str] | None = None,
     ) -> None:
+        cmd = list(cmd)
+        if runs_naiad_serve(cmd):
+            cmd += [f"{flag}={{openai_port}}" for flag in installed_frontend_port_flags(cmd)
+                    if not any(part.split("=")[0] == flag for part in cmd)]
+        self._cmd_template = cmd
+        self._choose_ports()
+        self.env = {**os.environ, **(env or {})}
+        self.cwd = cwd
+        self.ready_timeout = ready_timeout
+        self.stop_timeout = stop_timeout
+        self.ready_status = ready_status
+        self.ready_headers = ready_headers or {}
+        self.log_path = Path(tempfile.mkstemp(prefix="naiad-server-", suffix=".log")[1])
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def _choose_ports(self) -> None:
+        """Free ports for the command's ``{http_port}``-style fields; ``cmd`` with them."""
         self.http_port = free_port()
         self.grpc_port = free_port()
         self.metrics_port = free_port()
@@ -121,19 +148,7 @@ class ServerProcess:
             "metrics_port": self.metrics_port,
             "openai_port": self.openai_port,
         }
-        cmd = list(cmd)
-        if runs_naiad_serve(cmd):
-            cmd += [f"{flag}={{openai_port}}" for flag in installed_frontend_port_flags(cmd)
-                    if not any(part.split("=")[0] == flag for part in cmd)]
-        self.cmd = [part.format(**ports) for part in cmd]
-        self.env = {**os.environ, **(env or {})}
-        self.cwd = cwd
-        self.ready_timeout = ready_timeout
-        self.stop_timeout = stop_timeout
-        self.ready_status = ready_status
-        self.ready_headers = ready_headers or {}
-        self.log_path = Path(tempfile.mkstemp(prefix="naiad-server-", suffix=".log")[1])
-        self.process: subprocess.Popen[bytes] | None = None
+        self.cmd = [part.format(**ports) for part in self._cmd_template]
 
     @property
     def http_url(self) -> str:
@@ -149,6 +164,37 @@ class ServerProcess:
         return self.log_path.read_text(errors="replace")
 
     def start(self) -> ServerProcess:
+        """Start the server and wait until it is ready. When the port it was given turns out
+        to be another process's (taken between ``free_port()`` and the server's bind: that
+        process answered the health check), start again on new ports, up to
+        ``PORT_TAKEN_ATTEMPTS`` times."""
+        # only a command that takes its HTTP port from here can be given another one (a test
+        # may fix the ports, e.g. two servers sharing one with SO_REUSEPORT on purpose)
+        ports_given_here = any("{http_port}" in part for part in self._cmd_template)
+        for attempt in range(1, PORT_TAKEN_ATTEMPTS + 1):
+            last = attempt == PORT_TAKEN_ATTEMPTS or not ports_given_here
+            try:
+                self._start_once()
+            except ServerExitedEarly:
+                # a port taken by then makes the server itself fail to bind and exit
+                if last or not any(words in self.log().lower() for words in PORT_TAKEN_WORDS):
+                    raise
+                self._choose_ports()
+                continue
+            assert self.process is not None
+            if not ports_given_here or not port_listener_is_foreign(self.http_port,
+                                                                    self.process.pid):
+                return self
+            taken = self.http_port
+            self.stop()
+            if last:
+                raise RuntimeError(
+                    f"another process listens on port {taken}, given to this server "
+                    f"({PORT_TAKEN_ATTEMPTS} attempts on new free ports):\n{self.log()}")
+            self._choose_ports()
+        return self
+
+    def _start_once(self) -> None:
         with open(self.log_path, "wb") as log:
             self.process = popen_ending_with_this_process(
                 self.cmd,
@@ -161,12 +207,12 @@ class ServerProcess:
         deadline = time.monotonic() + self.ready_timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                raise RuntimeError(
+                raise ServerExitedEarly(
                     f"server exited with {self.process.returncode} before it was ready:\n"
                     f"{self.log()}"
                 )
             if self._ready():
-                return self
+                return
             time.sleep(0.05)
         self.stop()
         raise RuntimeError(f"server not ready after {self.ready_timeout} s:\n{self.log()}")
