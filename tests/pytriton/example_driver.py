@@ -17,11 +17,15 @@ import sys
 import time
 
 STOP_TIMEOUT_S = 30.0
+# how long an aborted server gets to print its threads' stacks
+STACKS_TIMEOUT_S = 10.0
 
 
 def start(script: str) -> subprocess.Popen[str]:
-    return subprocess.Popen([sys.executable, script], stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
+    # -X faulthandler: SIGABRT (sent to a server that does not stop) prints every thread's
+    # stack before it dies, so the report says where it hung
+    return subprocess.Popen([sys.executable, "-X", "faulthandler", script],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
 def main() -> None:
@@ -42,9 +46,14 @@ def main() -> None:
         try:
             output, _ = server.communicate(timeout=max(0.1, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
-            server.kill()
-            output, _ = server.communicate()
-            output += "\n[killed: did not stop within the stop timeout after SIGINT]"
+            server.send_signal(signal.SIGABRT)
+            try:
+                output, _ = server.communicate(timeout=STACKS_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                server.kill()
+                output, _ = server.communicate()
+            output += (f"\n[aborted: did not stop within {STOP_TIMEOUT_S} s after SIGINT;"
+                       " the stacks above are where it was]")
         report[script] = {"returncode": server.returncode, "output": output}
     print(json.dumps(report))
 

@@ -23,6 +23,10 @@ ROOT = Path(__file__).resolve().parents[2]
 PYTRITON_PYTHON = ROOT / ".venv" / "pytriton" / "bin" / "python"
 BINDER = Path(__file__).with_name("pytriton_remote_binder.py")
 BIND_TIMEOUT_S = 120.0
+# how long RemoteTriton gets to unload its model and end after SIGINT
+STOP_TIMEOUT_S = 60.0
+# how long an aborted binder gets to print its threads' stacks
+STACKS_TIMEOUT_S = 10.0
 
 
 def test_real_pytriton_remote_triton_binds_into_naiad(tmp_path: Path) -> None:
@@ -36,7 +40,8 @@ def test_real_pytriton_remote_triton_binds_into_naiad(tmp_path: Path) -> None:
     repository.mkdir()
     with naiad_server("--model-repository", str(repository),
                       "--model-control-mode=explicit") as server:
-        binder = subprocess.Popen([str(PYTRITON_PYTHON), str(BINDER),
+        # -X faulthandler: SIGABRT (when it does not stop) prints where its threads are
+        binder = subprocess.Popen([str(PYTRITON_PYTHON), "-X", "faulthandler", str(BINDER),
                                    f"http://{server.http_url}"], stdout=subprocess.PIPE,
                                   stderr=subprocess.STDOUT, text=True)
         output: list[str] = []
@@ -62,14 +67,19 @@ def test_real_pytriton_remote_triton_binds_into_naiad(tmp_path: Path) -> None:
         finally:
             binder.send_signal(signal.SIGINT)
             try:
-                binder.wait(60)
+                binder.wait(STOP_TIMEOUT_S)
             except subprocess.TimeoutExpired:
-                binder.kill()
-                binder.wait()
+                binder.send_signal(signal.SIGABRT)
+                try:
+                    binder.wait(STACKS_TIMEOUT_S)
+                except subprocess.TimeoutExpired:
+                    binder.kill()
+                    binder.wait()
+                output.append(f"[aborted: not stopped {STOP_TIMEOUT_S} s after SIGINT]")
             reader.join(10)
             if binder.stdout is not None:
                 binder.stdout.close()
-        assert binder.returncode in (0, -2), "".join(output)
+        assert binder.returncode in (0, -2), "".join(output) + server.log()
         # The binder unloaded its model on the way out.
         index = httpclient.InferenceServerClient(server.http_url)
         states = {m["name"]: m.get("state") for m in index.get_model_repository_index()}
