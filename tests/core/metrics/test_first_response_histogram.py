@@ -113,7 +113,7 @@ def parse(*argv: str):
 def test_histogram_latencies_is_accepted(argv, histograms):
     args = parse(*argv)
     assert _check(args) == []
-    assert _options(args)[0].metrics.histogram_latencies is histograms
+    assert _options(args)[0].load.metrics.histogram_latencies is histograms
 
 
 @pytest.mark.parametrize(("setting", "expected"), [
