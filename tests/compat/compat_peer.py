@@ -30,6 +30,9 @@ TRITON_STUB = (
     TRITON_PEER_DIR / "wheel/pytriton/tritonserver/backends/python/triton_python_backend_stub"
 )
 SELF_TEST = os.environ.get("NAIAD_COMPAT_PEER", "").lower() == "triton"
+# More flags for the naiad side only, e.g. "--frontend-processes 2" (issue 26: the suite
+# holds with several frontend processes) or a Python execution mode.
+NAIAD_EXTRA_ARGS = os.environ.get("NAIAD_COMPAT_NAIAD_ARGS", "").split()
 START_TIMEOUT = 90.0
 
 
@@ -145,6 +148,7 @@ def naiad_cmd(args: list[str], repository: Path) -> list[str]:
         str(repository),
         "--exit-on-error=false",
         *args,
+        *NAIAD_EXTRA_ARGS,
     ]
 
 

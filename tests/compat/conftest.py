@@ -14,6 +14,7 @@ Environment:
   NAIAD_REQUIRE_TRITON=1 fail instead of skipping when the Triton peer cannot be set up
   NAIAD_COMPAT_PEER=triton  serve the "naiad" side with a second tritonserver: a self-test of the
                          comparison logic (every test must pass; naiad-only checks are off)
+  NAIAD_COMPAT_NAIAD_ARGS="--frontend-processes 2"  more flags for naiad only (split on spaces)
 """
 
 from __future__ import annotations
