@@ -22,7 +22,8 @@ import grpc
 from tritonclient.grpc import service_pb2
 
 from naiad.frontends.bridge import frames
-from naiad.frontends.bridge.grpc_engine import CODES, MAX_THREADS
+from naiad.frontends.bridge.grpc_engine import MAX_THREADS
+from naiad.frontends.grpc.calls import CODES
 from naiad.frontends.grpc.listener import bind_address, channel_arguments, server_credentials
 from naiad.frontends.grpc.options import GRPCOptions
 from naiad.frontends.grpc.read_timeout import MessageWatch, receiving

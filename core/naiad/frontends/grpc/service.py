@@ -27,7 +27,7 @@ import functools
 import logging
 import threading
 from collections.abc import Callable, Iterator
-from concurrent.futures import CancelledError
+from concurrent.futures import CancelledError, Future
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import grpc
@@ -38,7 +38,12 @@ from naiad import logs
 from naiad.classification import classify_response
 from naiad.errors import InferenceServerError, grpc_status, invalid_arg, unsupported
 from naiad.frontends.forwarding import header_forwarder
-from naiad.frontends.grpc.codec import ResponseEncoder, decode_request, params_to_dict
+from naiad.frontends.grpc.codec import (
+    ResponseEncoder,
+    ShmTargets,
+    decode_request,
+    params_to_dict,
+)
 from naiad.frontends.grpc.status import abort
 from naiad.frontends.grpc.stream import (
     GRPC_ERROR_HEADER,
@@ -53,9 +58,10 @@ from naiad.models.staging import file_parameters
 from naiad.server import answer
 from naiad.shm import cuda_register, cuda_status, cuda_unregister
 from naiad.tracing.exchange import grpc_exchange, grpc_handled
-from naiad.types import Cancellation
+from naiad.types import Cancellation, InferenceRequest, InferenceResponse
 
 if TYPE_CHECKING:
+    from naiad.models.records import ModelVersion
     from naiad.server import InferenceServer
 
 log = logging.getLogger("naiad.grpc")
@@ -112,6 +118,17 @@ def _guard_stream(method: Callable[..., Iterator[Any]],
     return guarded
 
 
+def infer_failure(model_name: str, exc: BaseException) -> tuple[grpc.StatusCode, str]:
+    """The status a ``ModelInfer`` that failed with ``exc`` ends with: the error's own, or
+    INTERNAL naming the model for an unexpected exception (logged with its traceback)."""
+    if isinstance(exc, InferenceServerError):
+        return grpc_status(exc), exc.message
+    if isinstance(exc, CancelledError):  # the client gave up while the request was queued
+        return grpc.StatusCode.CANCELLED, f"model '{model_name}': the request was cancelled"
+    log.error("gRPC inference on model '%s' failed", model_name, exc_info=exc)
+    return _INTERNAL, f"model '{model_name}': internal error: {type(exc).__name__}: {exc}"
+
+
 class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
     """The servicer: decode, call :class:`InferenceServer`, encode. ``loop`` is the event
     loop the server runs on.
@@ -144,6 +161,28 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
 
     # --- inference (hot path) -----------------------------------------------------------
 
+    def submit_infer(self, request: Any, metadata: Any
+                     ) -> tuple[ModelVersion, InferenceRequest, ShmTargets | None,
+                                Future[InferenceResponse]]:
+        """Decode ``request`` (a ``ModelInferRequest``) and hand it to its model; the
+        request carries a :class:`~naiad.types.Cancellation`. A bad request raises."""
+        model = self.server.model(request.model_name, request.model_version)
+        if model.decoupled:
+            raise unsupported(f"{_DECOUPLED_UNARY} (model '{model.name}' is decoupled: "
+                              f"use ModelStreamInfer)")
+        infer_request, to_shm = decode_request(model.name, model.version, request,
+                                               self.shm, self.max_input_size)
+        if self.forwarder is not None:
+            infer_request.parameters.update(self.forwarder.from_grpc(metadata))
+        infer_request.cancellation = Cancellation()
+        return model, infer_request, to_shm, self.server.infer(model, infer_request)
+
+    def encode_infer(self, model: ModelVersion, request: InferenceRequest,
+                     to_shm: ShmTargets | None, response: InferenceResponse) -> bytes:
+        """The serialized ``ModelInferResponse`` answering ``request``."""
+        response = classify_response(model, request, answer(request, response))
+        return self.encoder.encode(request, response, to_shm)
+
     def ModelInfer(self, request: Any, context: grpc.ServicerContext) -> bytes:
         # Returns the serialized ModelInferResponse (see listener.method_handlers).
         server = self.server
@@ -151,16 +190,9 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
         # While tracing is on: protocol timestamps and traceparent for the request's trace.
         exchange = None if server.tracer is None else grpc_exchange(context)
         try:
-            model = server.model(request.model_name, request.model_version)
-            if model.decoupled:
-                raise unsupported(f"{_DECOUPLED_UNARY} (model '{model.name}' is decoupled: "
-                                  f"use ModelStreamInfer)")
-            infer_request, to_shm = decode_request(model.name, model.version, request,
-                                                   self.shm, self.max_input_size)
-            if self.forwarder is not None:
-                infer_request.parameters.update(
-                    self.forwarder.from_grpc(context.invocation_metadata()))
-            cancellation = infer_request.cancellation = Cancellation()
+            model, infer_request, to_shm, future = self.submit_infer(
+                request, context.invocation_metadata())
+            cancellation = infer_request.cancellation
 
             def call_ended() -> None:
                 # gRPC runs this on cancel or deadline, and when the call is over: only
@@ -168,21 +200,11 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
                 if not answered:
                     cancellation.cancel()
 
-            future = server.infer(model, infer_request)
             if not context.add_callback(call_ended):  # the call is over already
                 cancellation.cancel()
-            response = classify_response(model, infer_request,
-                                         answer(infer_request, future.result()))
-            return self.encoder.encode(infer_request, response, to_shm)
-        except InferenceServerError as err:
-            abort(context, grpc_status(err), err.message)
-        except CancelledError:  # the client gave up while the request was queued
-            abort(context, grpc.StatusCode.CANCELLED, f"model '{request.model_name}': the "
-                                                      f"request was cancelled")
-        except Exception as exc:  # a bug must not take the server down
-            log.exception("gRPC inference on model '%s' failed", request.model_name)
-            abort(context, _INTERNAL, f"model '{request.model_name}': internal error: "
-                                      f"{type(exc).__name__}: {exc}")
+            return self.encode_infer(model, infer_request, to_shm, future.result())
+        except Exception as exc:
+            abort(context, *infer_failure(request.model_name, exc))
         finally:
             answered = True
             if exchange is not None:

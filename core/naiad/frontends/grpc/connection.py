@@ -1,0 +1,681 @@
+"""One HTTP/2 connection of naiad's gRPC server (:mod:`.naiad_server`): frames in, calls
+out, flow control both ways.
+
+The protocol runs on the server's event loop. A unary ``ModelInfer`` is answered there
+(:meth:`.naiad_server.GRPCService.infer`: decoded, submitted, encoded when its future
+completes, with no thread); every other call runs in the servicer's method handlers on a
+thread of the pool (:func:`.calls.run_call`), as on grpc's thread-pool server, and sends its
+answer back through the loop. What goes out in one round of the loop goes in one write.
+
+Flow control (RFC 9113 section 5.2): the client may send :data:`STREAM_WINDOW` bytes per
+call and :data:`CONNECTION_WINDOW` on the connection before naiad gives more; a unary call's
+bytes are bounded by the message limit (``--http-max-input-size``) instead, so its window is
+given back as its data arrives, while a stream's is given back only as its handler takes
+each message: a client streaming faster than its requests are served is slowed down, not
+buffered. What naiad sends waits for the client's windows.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import logging
+import queue
+import threading
+import zlib
+from collections import deque
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+import grpc
+
+from naiad.frontends.grpc import http2
+from naiad.frontends.grpc.calls import CallContext, run_call
+from naiad.frontends.grpc.status import bounded_message
+
+if TYPE_CHECKING:
+    from naiad.frontends.grpc.naiad_server import GRPCService
+
+log = logging.getLogger("naiad.grpc")
+
+#: What a client may send on one call, and on the connection, before naiad gives more.
+STREAM_WINDOW = 4 * 1024 * 1024
+CONNECTION_WINDOW = 16 * 1024 * 1024
+#: A stream's handler thread waits while this much of its output waits for the client.
+STREAM_SEND_BUFFER = 1024 * 1024
+_SERVICE_PREFIX = "/inference.GRPCInferenceService/"
+_STREAMING = frozenset({"ModelStreamInfer"})
+# Headers that are gRPC's own, not the call's metadata (grpc's invocation_metadata()
+# leaves them out too).
+_RESERVED = frozenset({b"te", b"content-type", b"grpc-timeout", b"grpc-encoding",
+                       b"grpc-accept-encoding", b"grpc-message-type"})
+_END = object()  # the end of a stream's messages
+_WBITS = {b"gzip": 31, b"deflate": 15}
+
+
+class Call:
+    """One call (an HTTP/2 stream) from its headers to its status."""
+
+    __slots__ = ("accept", "closed", "compressed", "context", "data", "deadline", "ended",
+                 "headers_sent", "id", "messages", "metadata", "method", "on_cancel",
+                 "pending", "send_window", "started", "unread", "writable")
+
+    def __init__(self, stream_id: int, method: str, metadata: tuple, send_window: int
+                 ) -> None:
+        self.id = stream_id
+        self.method = method
+        self.metadata = metadata
+        self.data = bytearray()  # received, not yet taken as messages
+        self.ended = False  # the client sent END_STREAM
+        self.closed = False  # naiad sent the status, or the call was cancelled
+        self.headers_sent = False
+        self.send_window = send_window
+        self.pending: deque[tuple[bytes, int]] = deque()  # (payload, flags) held by flow control
+        self.compressed: bytes | None = None  # the request's grpc-encoding
+        self.accept = b""  # the client's grpc-accept-encoding
+        self.context: CallContext | None = None  # for calls run in the handlers
+        self.messages: queue.SimpleQueue[Any] | None = None  # a stream's, for its handler
+        self.unread = 0  # a stream's bytes queued for its handler, not yet taken
+        self.writable: threading.Event | None = None  # a stream's: set while it may send
+        self.on_cancel: Any = None  # a fast-path call's cancellation
+        self.deadline: asyncio.TimerHandle | None = None
+        self.started = 0.0
+
+
+class GRPCConnection(asyncio.Protocol):
+    """The HTTP/2 server side of one client connection."""
+
+    def __init__(self, service: GRPCService) -> None:
+        self.service = service
+        self.loop = service.loop
+        self.transport: asyncio.Transport | None = None
+        self.buffer = b""
+        self.preface = False  # the client's connection preface came
+        self.calls: dict[int, Call] = {}
+        self.last_stream = 0
+        self.decoder = http2.HeaderDecoder(service.options.max_header_size)
+        self.headers_block: tuple[int, int, bytearray] | None = None  # stream, flags, block
+        self.send_window = http2.DEFAULT_WINDOW
+        self.initial_window = http2.DEFAULT_WINDOW
+        self.max_frame = http2.DEFAULT_FRAME_SIZE
+        self.table_size: int | None = None  # a lowered SETTINGS_HEADER_TABLE_SIZE, to say
+        self.received = 0  # connection bytes not yet given back
+        self.out: list[bytes] = []
+        self.flush_scheduled = False
+        self.paused = False
+        self.going_away = False
+        self.closing = False
+        self.timers: list[asyncio.TimerHandle] = []
+        self.last_activity = self.loop.time()
+        self.ping_strikes = 0
+        self.last_ping = 0.0
+        self.awaiting_ack = False
+
+    # --- the transport ------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        self.service.connections.add(self)
+        settings = {http2.INITIAL_WINDOW_SIZE: STREAM_WINDOW,
+                    http2.MAX_HEADER_LIST_SIZE: self.service.options.max_header_size,
+                    http2.ENABLE_PUSH: 0}
+        self.write(http2.settings_frame(settings)
+                   + http2.window_update(0, CONNECTION_WINDOW - http2.DEFAULT_WINDOW))
+        self.service.watch(self)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closing = True
+        self.service.connections.discard(self)
+        for timer in self.timers:
+            timer.cancel()
+        for call in list(self.calls.values()):
+            self.cancel(call)
+        self.calls.clear()
+
+    def pause_writing(self) -> None:
+        self.paused = True
+        for call in self.calls.values():
+            if call.writable is not None:
+                call.writable.clear()
+
+    def resume_writing(self) -> None:
+        self.paused = False
+        for call in self.calls.values():
+            if call.writable is not None and not call.pending:
+                call.writable.set()
+
+    def write(self, data: bytes) -> None:
+        """Queue ``data``; what is queued in one round of the loop goes in one write."""
+        self.out.append(data)
+        if not self.flush_scheduled:
+            self.flush_scheduled = True
+            self.loop.call_soon(self.flush)
+
+    def flush(self) -> None:
+        self.flush_scheduled = False
+        out, self.out = self.out, []
+        if self.transport is not None and not self.closing and out:
+            self.transport.write(b"".join(out) if len(out) > 1 else out[0])
+
+    def close(self, code: int = http2.NO_ERROR, debug: bytes = b"") -> None:
+        """End the connection: a GOAWAY, then close once it is written."""
+        if self.closing or self.transport is None:
+            return
+        self.write(http2.goaway(self.last_stream, code, debug))
+        self.flush()
+        self.closing = True
+        self.transport.close()
+
+    def go_away(self) -> None:
+        """Take no new call; the connection closes when its calls are over."""
+        if not self.going_away and not self.closing:
+            self.going_away = True
+            self.write(http2.goaway(self.last_stream, http2.NO_ERROR))
+            if not self.calls:
+                self.close()
+
+    def later(self, delay_s: float, callback: Any) -> None:
+        """Run ``callback`` in ``delay_s`` unless the connection is gone by then."""
+        timers = self.timers
+        if len(timers) > 16:  # a long-lived connection re-arms its timers
+            now = self.loop.time()
+            timers[:] = [timer for timer in timers
+                         if not timer.cancelled() and timer.when() > now]
+        timers.append(self.loop.call_later(delay_s, callback))
+
+    # --- frames in ----------------------------------------------------------------------
+
+    def data_received(self, data: bytes) -> None:
+        buffer = self.buffer + data if self.buffer else data
+        position = 0
+        if not self.preface:
+            if len(buffer) < len(http2.PREFACE):
+                if not http2.PREFACE.startswith(buffer):
+                    self.close(http2.PROTOCOL_ERROR)
+                self.buffer = buffer
+                return
+            if not buffer.startswith(http2.PREFACE):
+                self.close(http2.PROTOCOL_ERROR, b"not an HTTP/2 connection preface")
+                return
+            self.preface = True
+            position = len(http2.PREFACE)
+        unpack = http2.FRAME_HEADER.unpack_from
+        size = len(buffer)
+        try:
+            while size - position >= 9 and not self.closing:
+                high, low, kind, flags, stream = unpack(buffer, position)
+                length = (high << 8) | low
+                end = position + 9 + length
+                if end > size:
+                    if length > self.service.max_frame_received:
+                        self.close(http2.FRAME_SIZE_ERROR)
+                        return
+                    break
+                payload = buffer[position + 9:end]
+                position = end
+                self.on_frame(kind, flags, stream & 0x7FFFFFFF, payload)
+        except _ConnectionError as exc:
+            self.close(exc.code, str(exc).encode())
+            return
+        self.buffer = buffer[position:] if position < size else b""
+
+    def on_frame(self, kind: int, flags: int, stream: int, payload: bytes) -> None:
+        if self.headers_block is not None and kind != http2.CONTINUATION:
+            raise _ConnectionError(http2.PROTOCOL_ERROR, "a header block was interrupted")
+        if kind == http2.DATA:
+            self.ping_strikes, self.last_ping = 0, 0.0  # pings next to data are not abuse
+            self.on_data(flags, stream, payload)
+        elif kind == http2.HEADERS:
+            self.ping_strikes, self.last_ping = 0, 0.0
+            try:
+                block = http2.unpadded(flags, payload, bool(flags & http2.PRIORITY_FLAG))
+            except ValueError as exc:
+                raise _ConnectionError(http2.PROTOCOL_ERROR, str(exc)) from None
+            if flags & http2.END_HEADERS:
+                self.on_headers(stream, flags, block)
+            else:
+                self.headers_block = (stream, flags, bytearray(block))
+        elif kind == http2.CONTINUATION:
+            if self.headers_block is None or self.headers_block[0] != stream:
+                raise _ConnectionError(http2.PROTOCOL_ERROR, "an unexpected CONTINUATION")
+            block = self.headers_block[2]
+            block += payload
+            if len(block) > 4 * self.service.options.max_header_size + 4096:
+                raise _ConnectionError(http2.ENHANCE_YOUR_CALM, "header block too large")
+            if flags & http2.END_HEADERS:
+                opened_with = self.headers_block[1]
+                self.headers_block = None
+                self.on_headers(stream, opened_with, bytes(block))
+        elif kind == http2.SETTINGS:
+            if not flags & http2.ACK:
+                self.on_settings(payload)
+        elif kind == http2.WINDOW_UPDATE:
+            self.on_window_update(stream, payload)
+        elif kind == http2.PING:
+            self.on_ping(flags, payload)
+        elif kind == http2.RST_STREAM:
+            call = self.calls.pop(stream, None)
+            if call is not None:
+                self.cancel(call)
+        elif kind == http2.GOAWAY:
+            self.going_away = True
+            if not self.calls:
+                self.close()
+        elif kind == http2.PUSH_PROMISE:
+            raise _ConnectionError(http2.PROTOCOL_ERROR, "a client may not push")
+        # PRIORITY and unknown frame types are ignored (RFC 9113 section 5.5).
+
+    def on_settings(self, payload: bytes) -> None:
+        if len(payload) % 6:
+            raise _ConnectionError(http2.FRAME_SIZE_ERROR, "a SETTINGS frame of odd size")
+        for key, value in http2.parse_settings(payload):
+            if key == http2.INITIAL_WINDOW_SIZE:
+                if value > http2.MAX_WINDOW:
+                    raise _ConnectionError(http2.FLOW_CONTROL_ERROR, "window too large")
+                change = value - self.initial_window
+                self.initial_window = value
+                for call in self.calls.values():
+                    call.send_window += change
+            elif key == http2.MAX_FRAME_SIZE:
+                self.max_frame = value
+            elif key == http2.HEADER_TABLE_SIZE and value < 4096:
+                self.table_size = value
+        self.write(http2.frame(http2.SETTINGS, http2.ACK, 0))
+        self.send_pending()
+
+    def on_window_update(self, stream: int, payload: bytes) -> None:
+        increment = http2.read_u32(payload)
+        if stream == 0:
+            self.send_window += increment
+            self.send_pending()
+        else:
+            call = self.calls.get(stream)
+            if call is not None:
+                call.send_window += increment
+                self.send_pending(call)
+
+    def on_ping(self, flags: int, payload: bytes) -> None:
+        if flags & http2.ACK:
+            self.awaiting_ack = False
+            return
+        # grpc core's ping policy: pings closer together than the interval are strikes,
+        # and without calls (unless permitted) the interval is two hours; beyond the most
+        # strikes allowed (0: no limit) the connection ends with "too_many_pings".
+        now = self.loop.time()
+        options = self.service.options
+        interval = (self.service.min_ping_interval_s
+                    if self.calls or options.keepalive_permit_without_calls else 7200.0)
+        last, self.last_ping = self.last_ping, now
+        if now - last < interval:
+            self.ping_strikes += 1
+            if options.http2_max_ping_strikes and \
+                    self.ping_strikes > options.http2_max_ping_strikes:
+                raise _ConnectionError(http2.ENHANCE_YOUR_CALM, "too_many_pings")
+        self.write(http2.frame(http2.PING, http2.ACK, 0, payload))
+
+    def on_headers(self, stream: int, flags: int, block: bytes) -> None:
+        try:
+            headers = self.decoder.decode(block)
+        except http2.BadHeaderBlock as exc:
+            raise _ConnectionError(http2.COMPRESSION_ERROR, str(exc)) from None
+        except http2.HeaderListTooLarge:
+            # hpack stopped mid-block: the table may no longer match the client's.
+            self.open_refused(stream, grpc.StatusCode.RESOURCE_EXHAUSTED, (
+                f"the call's metadata is larger than --grpc-max-header-size="
+                f"{self.service.options.max_header_size} bytes"))
+            self.go_away()
+            return
+        call = self.calls.get(stream)
+        if call is not None:  # trailers: only END_STREAM matters
+            if flags & http2.END_STREAM:
+                self.on_end(call)
+            return
+        if stream % 2 == 0 or stream <= self.last_stream:
+            raise _ConnectionError(http2.PROTOCOL_ERROR, f"stream {stream} cannot open")
+        self.last_stream = stream
+        if self.going_away:
+            self.write(http2.rst_stream(stream, http2.REFUSED_STREAM))
+            return
+        self.open_call(stream, headers, bool(flags & http2.END_STREAM))
+
+    def open_refused(self, stream: int, code: grpc.StatusCode, message: str) -> None:
+        self.last_stream = max(self.last_stream, stream)
+        self.write(http2.frame(http2.HEADERS, http2.END_HEADERS | http2.END_STREAM, stream,
+                               http2.status_trailers(code.value[0], bounded_message(message),
+                                                     False)))
+
+    def open_call(self, stream: int, headers: list[tuple[bytes, bytes]], ended: bool) -> None:
+        path = b""
+        timeout = None
+        encoding = accept = b""
+        metadata = []
+        for name, value in headers:
+            if name[:1] == b":":
+                if name == b":path":
+                    path = value
+            elif name == b"grpc-timeout":
+                timeout = http2.timeout_seconds(value)
+            elif name == b"grpc-encoding":
+                encoding = value
+            elif name == b"grpc-accept-encoding":
+                accept = value
+            elif name not in _RESERVED:
+                key = name.decode("latin-1")
+                metadata.append((key, base64.b64decode(value + b"==") if key.endswith("-bin")
+                                 else value.decode("latin-1")))
+        method = path.decode("latin-1")
+        name = method[len(_SERVICE_PREFIX):] if method.startswith(_SERVICE_PREFIX) else ""
+        if name not in self.service.handlers:
+            self.open_refused(stream, grpc.StatusCode.UNIMPLEMENTED,
+                              f"Method not found: {method}")
+            if not ended:
+                self.write(http2.rst_stream(stream, http2.NO_ERROR))
+            return
+        if encoding not in (b"", b"identity") and encoding not in _WBITS:
+            self.open_refused(stream, grpc.StatusCode.UNIMPLEMENTED, (
+                f"Compression algorithm '{encoding.decode('latin-1')}' is not supported "
+                f"(gzip, deflate and identity are)"))
+            if not ended:
+                self.write(http2.rst_stream(stream, http2.NO_ERROR))
+            return
+        call = Call(stream, name, tuple(metadata), self.initial_window)
+        call.compressed = encoding if encoding in _WBITS else None
+        call.accept = accept
+        call.started = self.loop.time()
+        self.calls[stream] = call
+        if timeout is not None:
+            call.deadline = self.loop.call_later(timeout, self.deadline_passed, call)
+        if name in _STREAMING:
+            self.start_stream(call, timeout)
+        else:
+            self.service.expect_message(self, call)
+        if ended:
+            self.on_end(call)
+
+    def on_data(self, flags: int, stream: int, payload: bytes) -> None:
+        length = len(payload)
+        self.received += length
+        if self.received > CONNECTION_WINDOW // 2:
+            self.write(http2.window_update(0, self.received))
+            self.received = 0
+        call = self.calls.get(stream)
+        if call is None or call.ended:
+            if stream > self.last_stream:
+                raise _ConnectionError(http2.PROTOCOL_ERROR, f"DATA on idle stream {stream}")
+            return  # a call naiad ended (or refused) already: dropped
+        if flags & http2.PADDED:
+            try:
+                payload = http2.unpadded(flags, payload)
+            except ValueError as exc:
+                raise _ConnectionError(http2.PROTOCOL_ERROR, str(exc)) from None
+        call.data += payload
+        if call.messages is not None:
+            self.take_messages(call)
+        else:
+            if len(call.data) > 5:  # refuse an oversized message as soon as it says so
+                size = http2.GRPC_PREFIX.unpack_from(call.data)[1]
+                if size > self.service.max_message:
+                    self.refuse_large(call, size)
+                    return
+            if length:
+                self.write(http2.window_update(stream, length))
+        if flags & http2.END_STREAM:
+            self.on_end(call)
+
+    def refuse_large(self, call: Call, size: int) -> None:
+        self.finish(call, grpc.StatusCode.RESOURCE_EXHAUSTED, (
+            f"{call.method}: Received message larger than max ({size} vs. "
+            f"{self.service.max_message}): --http-max-input-size"))
+
+    def on_end(self, call: Call) -> None:
+        """The client sent its last message on ``call``."""
+        call.ended = True
+        if call.messages is not None:
+            call.messages.put(_END)
+            return
+        data = call.data
+        if len(data) < 5:
+            self.finish(call, grpc.StatusCode.INVALID_ARGUMENT, (
+                f"{call.method}: the call ended without a request message" if not data else
+                f"{call.method}: the request message is cut short"))
+            return
+        compressed, size = http2.GRPC_PREFIX.unpack_from(data)
+        if len(data) != 5 + size:
+            self.finish(call, grpc.StatusCode.INVALID_ARGUMENT, (
+                f"{call.method}: a unary call takes exactly one message ({len(data)} bytes "
+                f"received, the first message announces {size})"))
+            return
+        message = self.unpack(call, compressed, bytes(data[5:]))
+        call.data = bytearray()
+        if message is not None:
+            self.service.expect_message(self, call, done=True)
+            self.service.run_unary(self, call, message)
+
+    def unpack(self, call: Call, compressed: int, message: bytes) -> bytes | None:
+        """A message's bytes, decompressed; None (and the call ended) if they cannot be."""
+        if not compressed:
+            return message
+        if call.compressed is None:
+            self.finish(call, grpc.StatusCode.INTERNAL, (
+                f"{call.method}: a compressed message without grpc-encoding"))
+            return None
+        limit = self.service.max_message
+        inflater = zlib.decompressobj(_WBITS[call.compressed])
+        try:
+            plain = inflater.decompress(message, limit + 1)
+        except zlib.error as exc:
+            self.finish(call, grpc.StatusCode.INTERNAL, (
+                f"{call.method}: the message does not decompress "
+                f"({call.compressed.decode()}): {exc}"))
+            return None
+        if len(plain) > limit:
+            self.refuse_large(call, len(plain))
+            return None
+        return plain
+
+    # --- streams ------------------------------------------------------------------------
+
+    def start_stream(self, call: Call, timeout: float | None) -> None:
+        call.messages = queue.SimpleQueue()
+        call.writable = threading.Event()
+        call.writable.set()
+        call.context = CallContext(call.metadata, timeout,
+                                   lambda: self.loop.call_soon_threadsafe(self.cancel_call, call))
+        self.service.pool.submit(self.run_in_thread, call, b"")
+
+    def take_messages(self, call: Call) -> None:
+        data = call.data
+        limit = self.service.max_message
+        while len(data) >= 5:
+            compressed, size = http2.GRPC_PREFIX.unpack_from(data)
+            if size > limit:
+                self.refuse_large(call, size)
+                return
+            if len(data) < 5 + size:
+                break
+            message = self.unpack(call, compressed, bytes(data[5:5 + size]))
+            del data[:5 + size]
+            if message is None:
+                return
+            call.unread += 5 + size
+            call.messages.put((message, 5 + size))  # type: ignore[union-attr]
+
+    def messages(self, call: Call) -> Iterator[bytes]:
+        """A stream's messages, for its handler's thread; each gives back its window."""
+        get = call.messages.get  # type: ignore[union-attr]
+        while True:
+            item = get()
+            if item is _END:
+                return
+            message, size = item
+            self.loop.call_soon_threadsafe(self.message_taken, call, size)
+            yield message
+
+    def message_taken(self, call: Call, size: int) -> None:
+        if not call.closed and not call.ended and not self.closing:
+            self.write(http2.window_update(call.id, size))
+
+    # --- calls run in the handlers (threads) --------------------------------------------
+
+    def run_in_thread(self, call: Call, request: bytes) -> None:
+        """Run ``call`` in the servicer's method handlers (on a pool thread)."""
+        context = call.context
+        if context is None:
+            context = call.context = CallContext(
+                call.metadata, None if call.deadline is None
+                else call.deadline.when() - self.loop.time(),
+                lambda: self.loop.call_soon_threadsafe(self.cancel_call, call))
+        streaming = call.messages is not None
+
+        def send(data: bytes, uncompressed: bool) -> None:
+            if call.closed:
+                return
+            self.loop.call_soon_threadsafe(self.send_message, call, data, uncompressed)
+            if streaming:
+                call.writable.wait()  # type: ignore[union-attr]
+
+        code, details = run_call(self.service.handlers, call.method, streaming, request,
+                                 self.messages(call) if streaming else (), context, send)
+        self.loop.call_soon_threadsafe(self.finish, call, code, bounded_message(details))
+
+    def cancel_call(self, call: Call) -> None:
+        """A handler cancelled its call (grpc's ``context.cancel()``)."""
+        if not call.closed:
+            self.write(http2.rst_stream(call.id, http2.CANCEL))
+            self.calls.pop(call.id, None)
+            self.cancel(call)
+
+    # --- frames out ---------------------------------------------------------------------
+
+    def send_message(self, call: Call, message: bytes, uncompressed: bool = False) -> None:
+        """Send one response message (with the response headers before the first)."""
+        if call.closed or self.closing:
+            return
+        encoding = None
+        if not uncompressed and self.service.compression is not None \
+                and call.method in self.service.compressed_methods:
+            encoding = self.service.pick_encoding(call.accept)
+        if not call.headers_sent:
+            call.headers_sent = True
+            self.write(http2.frame(http2.HEADERS, http2.END_HEADERS, call.id,
+                                   self.table_update() + http2.response_headers(encoding)))
+        if encoding is not None:
+            body = self.service.compress(message, encoding)
+            data = http2.GRPC_PREFIX.pack(1, len(body)) + body
+        else:
+            data = http2.GRPC_PREFIX.pack(0, len(message)) + message
+        self.send_data(call, data, 0)
+
+    def send_data(self, call: Call, data: bytes, flags: int) -> None:
+        """DATA (or, ``flags`` with END_HEADERS, the trailers) for ``call``, as the
+        windows allow; the rest waits in ``call.pending``."""
+        if call.pending:
+            call.pending.append((data, flags))
+            return
+        if flags & http2.END_HEADERS:
+            self.write(http2.frame(http2.HEADERS, flags, call.id, data))
+            return
+        size = len(data)
+        window = min(self.send_window, call.send_window)
+        if size <= window and size <= self.max_frame:
+            self.send_window -= size
+            call.send_window -= size
+            self.write(http2.frame(http2.DATA, flags, call.id, data))
+            return
+        call.pending.append((data, flags))
+        self.send_pending(call)
+
+    def send_pending(self, only: Call | None = None) -> None:
+        """Send what flow control held back, as far as the windows now allow."""
+        calls = [only] if only is not None else list(self.calls.values())
+        for call in calls:
+            pending = call.pending
+            while pending:
+                data, flags = pending[0]
+                if flags & http2.END_HEADERS:
+                    pending.popleft()
+                    self.write(http2.frame(http2.HEADERS, flags, call.id, data))
+                    continue
+                window = min(self.send_window, call.send_window, self.max_frame)
+                if window <= 0:
+                    break
+                chunk = data[:window]
+                last = len(chunk) == len(data)
+                self.send_window -= len(chunk)
+                call.send_window -= len(chunk)
+                self.write(http2.frame(http2.DATA, flags if last else 0, call.id, chunk))
+                if last:
+                    pending.popleft()
+                else:
+                    pending[0] = (data[window:], flags)
+            if call.writable is not None:
+                waiting = sum(len(data) for data, _ in pending)
+                if waiting < STREAM_SEND_BUFFER and not self.paused:
+                    call.writable.set()
+                else:
+                    call.writable.clear()
+            if call.closed and not pending:
+                self.calls.pop(call.id, None)
+                self.call_over(call)
+
+    def table_update(self) -> bytes:
+        """What the next header block starts with: the size of the client's table naiad
+        may use, once after the client lowered it (naiad never adds to it)."""
+        if self.table_size is None:
+            return b""
+        update, self.table_size = http2.table_size_update(self.table_size), None
+        return update
+
+    def finish(self, call: Call, code: grpc.StatusCode, message: str) -> None:
+        """End ``call`` with its status (after whatever it still has to send)."""
+        if call.closed:
+            return
+        call.closed = True
+        if call.deadline is not None:
+            call.deadline.cancel()
+        trailers = http2.status_trailers(code.value[0], message, call.headers_sent)
+        if not call.headers_sent:
+            trailers = self.table_update() + trailers
+        self.send_data(call, trailers, http2.END_HEADERS | http2.END_STREAM)
+        if not call.pending:
+            if not call.ended:  # the client need not send the rest of its messages
+                self.write(http2.rst_stream(call.id, http2.NO_ERROR))
+            self.calls.pop(call.id, None)
+            self.call_over(call)
+
+    def call_over(self, call: Call) -> None:
+        if call.context is not None:
+            call.context.end()
+        if call.writable is not None:
+            call.writable.set()
+        if call.messages is not None and not call.ended:
+            call.messages.put(_END)
+        if not self.calls:
+            self.last_activity = self.loop.time()
+            if self.going_away:
+                self.close()
+
+    def cancel(self, call: Call) -> None:
+        """The client (or the connection) ended ``call`` before naiad answered it."""
+        call.closed = True
+        call.pending.clear()
+        if call.deadline is not None:
+            call.deadline.cancel()
+        if call.on_cancel is not None:
+            call.on_cancel()
+        self.call_over(call)
+
+    def deadline_passed(self, call: Call) -> None:
+        call.deadline = None
+        if not call.closed:
+            self.finish(call, grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded")
+            if call.on_cancel is not None:
+                call.on_cancel()
+
+
+class _ConnectionError(Exception):
+    """A connection error (RFC 9113 section 5.4.1): the connection ends with ``code``."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code

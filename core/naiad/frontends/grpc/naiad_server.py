@@ -1,0 +1,295 @@
+"""naiad's own gRPC server (``--grpc-server=naiad``): HTTP/2 on the server's event loop.
+
+Why: grpc's Python server costs more CPU per call than tritonserver's whole gRPC path. On
+one core of the project's 2-core machine a bare grpcio server answering a fixed message took
+330-370 µs per call (thread pool) and 430-500 µs (grpc.aio), against 321 µs for
+tritonserver answering an inference of its Python identity model. Here a ``ModelInfer`` goes
+from the frames to the model's scheduler and back on the loop, with no thread hand-off
+(figures in benchmarks/results and docs/design.md).
+
+Every other RPC, and ``ModelInfer`` while the server traces or when inference is a
+restricted API, runs in the same method handlers grpc's server runs
+(``listener.method_handlers``), on a thread of a pool as large as grpc's: the answers are
+the same whichever server runs them. The ``--grpc-*`` settings mean what they mean there:
+the message and metadata limits, TLS, compression of inference responses, keepalive pings
+and the ping policy, idle and aged connections, the handshake and message timeouts, open
+streams. :func:`unsupported_settings` names what this server does not do yet.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+import zlib
+from concurrent.futures import ThreadPoolExecutor
+from functools import partial
+from typing import TYPE_CHECKING, Any
+
+import grpc
+from google.protobuf.message import DecodeError
+from tritonclient.grpc import service_pb2
+
+from naiad.frontends.grpc import http2
+from naiad.frontends.grpc.connection import Call, GRPCConnection
+from naiad.frontends.grpc.listener import (
+    method_handlers,
+    pool_threads,
+    server_credentials,
+    stream_settings,
+)
+from naiad.frontends.grpc.options import GRPCOptions
+from naiad.frontends.grpc.service import InferenceServicer, infer_failure
+from naiad.frontends.grpc.status import bounded_message
+from naiad.frontends.restrictions import grpc_requirements
+from naiad.futures import LoopWaiter
+
+if TYPE_CHECKING:
+    from naiad.server import InferenceServer
+
+_INFER_REQUEST = service_pb2.ModelInferRequest
+# The RPCs whose responses --grpc-infer-response-compression-level compresses (Triton's).
+_COMPRESSED = frozenset({"ModelInfer", "ModelStreamInfer"})
+_ZLIB_LEVELS = {"low": 1, "medium": 6, "high": 9}
+
+
+def unsupported_settings(options: GRPCOptions) -> list[str]:
+    """The settings of ``options`` this server does not implement (empty: it serves them
+    all)."""
+    return []
+
+
+def tls_context(options: GRPCOptions) -> ssl.SSLContext:
+    """The server's TLS context for ``--grpc-use-ssl`` (HTTP/2 by ALPN); OSError naming the
+    flag when a file cannot be used (the checks grpc's server makes)."""
+    server_credentials(options)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    context.load_cert_chain(options.server_cert, options.server_key, password=lambda: b"")
+    if options.use_ssl_mutual:
+        if not options.root_cert:
+            raise OSError("gRPC: mutual TLS (--grpc-use-ssl-mutual) needs --grpc-root-cert")
+        context.load_verify_locations(cafile=options.root_cert)
+        context.verify_mode = ssl.CERT_REQUIRED
+    context.set_alpn_protocols(["h2"])
+    return context
+
+
+class GRPCService:
+    """What every connection of the server shares: the servicer and its handlers, the
+    thread pool, the settings, the connections themselves."""
+
+    def __init__(self, server: InferenceServer, options: GRPCOptions,
+                 loop: asyncio.AbstractEventLoop) -> None:
+        self.server = server
+        self.options = options
+        self.loop = loop
+        self.servicer = InferenceServicer(server, loop, restricted=options.restricted,
+                                          header_forward_pattern=options.header_forward_pattern,
+                                          streams=stream_settings(options))
+        level = options.infer_response_compression_level
+        self.compression = _ZLIB_LEVELS.get(level)
+        self.compressed_methods = _COMPRESSED
+        self._ranking = ((b"gzip", b"deflate") if level == "low" else (b"deflate", b"gzip"))
+        self.handlers = method_handlers(self.servicer, self.compression is not None)
+        # ModelInfer skips the handlers unless inference is a restricted API.
+        self.fast_infer = "ModelInfer" not in grpc_requirements(options.restricted)
+        self.pool = ThreadPoolExecutor(max_workers=pool_threads(options),
+                                       thread_name_prefix="naiad-grpc")
+        self.connections: set[GRPCConnection] = set()
+        self.max_message = server.options.max_input_size
+        self.max_frame_received = http2.DEFAULT_FRAME_SIZE
+        self.min_ping_interval_s = options.http2_min_recv_ping_interval_without_data_ms / 1000
+        self.waiter = LoopWaiter(loop)
+        self._incomplete: dict[Call, GRPCConnection] = {}
+        self._message_sweep: asyncio.TimerHandle | None = None
+
+    # --- compression --------------------------------------------------------------------
+
+    def pick_encoding(self, accept: bytes) -> bytes | None:
+        """The algorithm for a compressed response among those the client accepts
+        (grpc-accept-encoding), as grpc core picks it for the level (and Triton 2.51
+        answers): gzip first at the low level, deflate first at medium and high; None when
+        it accepts neither."""
+        accepted = {part.strip() for part in accept.split(b",")}
+        for name in self._ranking:
+            if name in accepted:
+                return name
+        return None
+
+    def compress(self, message: bytes, encoding: bytes) -> bytes:
+        wbits = 31 if encoding == b"gzip" else 15
+        packer = zlib.compressobj(self.compression, zlib.DEFLATED, wbits)
+        return packer.compress(message) + packer.flush()
+
+    # --- unary calls --------------------------------------------------------------------
+
+    def run_unary(self, connection: GRPCConnection, call: Call, message: bytes) -> None:
+        """Answer a unary call whose request ``message`` came in full."""
+        if call.method == "ModelInfer" and self.fast_infer and self.server.tracer is None:
+            self.infer(connection, call, message)
+        else:
+            self.pool.submit(connection.run_in_thread, call, message)
+
+    def infer(self, connection: GRPCConnection, call: Call, message: bytes) -> None:
+        """``ModelInfer`` on the loop: decoded and submitted now, answered from the
+        future's completion."""
+        try:
+            request = _INFER_REQUEST.FromString(message)
+        except DecodeError as exc:
+            connection.finish(call, grpc.StatusCode.INVALID_ARGUMENT, bounded_message(
+                f"ModelInfer: the request is not a valid {_INFER_REQUEST.DESCRIPTOR.full_name}"
+                f" message ({len(message)} bytes): {exc}"))
+            return
+        try:
+            model, infer_request, to_shm, future = self.servicer.submit_infer(
+                request, call.metadata)
+        except Exception as exc:
+            connection.finish(call, *self._failure(request.model_name, exc))
+            return
+        call.on_cancel = infer_request.cancellation.cancel  # type: ignore[union-attr]
+        self.waiter.when_done(future, partial(self._answer, connection, call, model,
+                                              infer_request, to_shm))
+
+    def _answer(self, connection: GRPCConnection, call: Call, model: Any, request: Any,
+                to_shm: Any, future: Any) -> None:
+        if call.closed:
+            return  # cancelled, or past its deadline: answered already
+        call.on_cancel = None
+        try:
+            payload = self.servicer.encode_infer(model, request, to_shm, future.result())
+        except Exception as exc:
+            connection.finish(call, *self._failure(request.model_name, exc))
+            return
+        connection.send_message(call, payload)
+        connection.finish(call, grpc.StatusCode.OK, "")
+
+    @staticmethod
+    def _failure(model_name: str, exc: BaseException) -> tuple[grpc.StatusCode, str]:
+        code, message = infer_failure(model_name, exc)
+        return code, bounded_message(message)
+
+    # --- timeouts -----------------------------------------------------------------------
+
+    def expect_message(self, connection: GRPCConnection, call: Call, done: bool = False
+                       ) -> None:
+        """A unary call waits for its message (``--grpc-message-timeout``), or got it."""
+        if done:
+            self._incomplete.pop(call, None)
+            return
+        if not self.options.message_timeout_ms:
+            return
+        self._incomplete[call] = connection
+        if self._message_sweep is None:
+            self._message_sweep = self.loop.call_later(
+                self.options.message_timeout_ms / 4000, self._sweep_messages)
+
+    def _sweep_messages(self) -> None:
+        self._message_sweep = None
+        timeout = self.options.message_timeout_ms / 1000
+        now = self.loop.time()
+        for call, connection in list(self._incomplete.items()):
+            if call.closed or call.ended:
+                del self._incomplete[call]
+            elif now - call.started >= timeout:
+                del self._incomplete[call]
+                connection.cancel_call(call)  # as grpc: CANCELLED, no status
+        if self._incomplete:
+            self._message_sweep = self.loop.call_later(timeout / 4, self._sweep_messages)
+
+    def watch(self, connection: GRPCConnection) -> None:
+        """Start the timers of a new connection: its handshake, idle time, keepalive pings
+        and age, as the ``--grpc-*`` settings say."""
+        options = self.options
+        loop = self.loop
+        later = connection.later
+        if options.handshake_timeout_ms:
+            def handshake() -> None:
+                if not connection.preface:
+                    connection.close(http2.PROTOCOL_ERROR, b"handshake timeout")
+            later(options.handshake_timeout_ms / 1000, handshake)
+        if options.idle_timeout_ms:
+            idle_s = options.idle_timeout_ms / 1000
+
+            def idle() -> None:
+                left = connection.last_activity + idle_s - loop.time()
+                if not connection.calls and left <= 0:
+                    connection.go_away()
+                else:
+                    later(max(left, idle_s / 4), idle)
+            later(idle_s, idle)
+        if options.keepalive_time_ms:
+            every_s = options.keepalive_time_ms / 1000
+            timeout_s = options.keepalive_timeout_ms / 1000
+
+            def ping() -> None:
+                if connection.closing:
+                    return
+                if connection.calls or options.keepalive_permit_without_calls:
+                    connection.awaiting_ack = True
+                    connection.write(http2.frame(http2.PING, 0, 0, b"naiad-ka"))
+                    later(timeout_s, acknowledged)
+                later(every_s, ping)
+
+            def acknowledged() -> None:
+                if connection.awaiting_ack:
+                    connection.close(http2.NO_ERROR, b"keepalive timeout")
+            later(every_s, ping)
+        if options.max_connection_age_ms:
+            def aged() -> None:
+                connection.go_away()
+                grace = options.max_connection_age_grace_ms
+                if grace:
+                    later(grace / 1000, connection.close)
+            later(options.max_connection_age_ms / 1000, aged)
+
+
+class NaiadGRPCListener:
+    """A started naiad gRPC server; ``await stop(grace)`` ends it."""
+
+    def __init__(self, service: GRPCService, server: asyncio.base_events.Server) -> None:
+        self.service = service
+        self.server = server
+
+    async def stop(self, grace: float | None) -> None:
+        """Refuse new calls, give those in progress ``grace`` seconds, then cancel them."""
+        self.server.close()
+        service = self.service
+        for connection in list(service.connections):
+            connection.go_away()
+        deadline = service.loop.time() + (grace or 0)
+        while service.connections and service.loop.time() < deadline:
+            await asyncio.sleep(0.02)
+        for connection in list(service.connections):
+            connection.close()
+            if connection.transport is not None:
+                connection.transport.abort()
+        service.pool.shutdown(wait=False)
+
+
+async def start_naiad_grpc_server(server: InferenceServer, address: str, port: int,
+                                  options: GRPCOptions) -> NaiadGRPCListener:
+    """Serve ``server`` over gRPC on ``address:port`` with naiad's own HTTP/2 server."""
+    unsupported = unsupported_settings(options)
+    if unsupported:
+        raise OSError(f"gRPC: --grpc-server=naiad does not implement {', '.join(unsupported)}"
+                      f" (use --grpc-server=grpcio)")
+    loop = asyncio.get_running_loop()
+    context = tls_context(options) if options.use_ssl else None
+    service = GRPCService(server, options, loop)
+    host = address.strip("[]") or None
+    try:
+        listening = await loop.create_server(
+            lambda: GRPCConnection(service), host, port, ssl=context,
+            reuse_port=options.reuse_port or None, backlog=1024,
+            ssl_handshake_timeout=(options.handshake_timeout_ms / 1000
+                                   if context is not None and options.handshake_timeout_ms
+                                   else None))
+    except OSError as exc:
+        service.pool.shutdown(wait=False)
+        tls = " with TLS" if context is not None else ""
+        raise OSError(f"gRPC: cannot listen on {address}:{port}{tls}: "
+                      f"{exc.strerror or exc}") from None
+    return NaiadGRPCListener(service, listening)
+
+
+__all__ = ["GRPCService", "NaiadGRPCListener", "start_naiad_grpc_server"]
