@@ -144,10 +144,6 @@ async def _start_frontend_processes(server: InferenceServer, listeners: Listener
                               listeners.http_port, listeners.reuse_http_port,
                               listeners.http_limits)
     if listeners.allow_grpc:
-        if listeners.grpc.server != "grpcio":
-            raise OSError(f"--grpc-server={listeners.grpc.server} does not serve through "
-                          f"--frontend-processes yet: frontend processes serve gRPC with "
-                          f"grpcio (leave --grpc-server at grpcio, or --frontend-processes 0)")
         grpc = GRPCForwarding(servicer_handlers(server, listeners.grpc),
                               listeners.grpc_address, listeners.grpc_port, listeners.grpc,
                               server.options.max_input_size, server.options.max_response_size)

@@ -52,7 +52,7 @@ async def serve(args: argparse.Namespace) -> int:
     listener = grpc_server = None
     try:
         if args.grpc_engine:
-            grpc_server, link = _start_grpc(args)
+            grpc_server, link = await _start_grpc(args)
             grpc_lost = asyncio.Event()
             # Not a thread waiting on link.lost: the loop's executor would wait for it at exit.
             link.on_lost = lambda: loop.call_soon_threadsafe(grpc_lost.set)
@@ -79,26 +79,50 @@ async def serve(args: argparse.Namespace) -> int:
         log.error("frontend process %d: the engine's connection ended; stopping",
                   os.getpid())
     if grpc_server is not None:  # refuse new calls; those in progress finish (as the engine)
-        stopped = grpc_server.stop(GRPC_GRACE_S)
-        await loop.run_in_executor(None, stopped.wait)
+        await grpc_server.stop(GRPC_GRACE_S)
     if listener is not None:
         await listener.stop()  # finishes the answers in progress
     return 0 if stop.is_set() else 1
 
 
-def _start_grpc(args: argparse.Namespace) -> tuple[Any, Any]:
-    """The gRPC server, forwarding to the engine, and its link to the engine."""
-    from naiad.frontends.bridge.grpc_forwarding import GRPCEngineLink, start_forwarding_server
+async def _start_grpc(args: argparse.Namespace) -> tuple[Any, Any]:
+    """The gRPC server (grpc's or naiad's, as ``--grpc-server`` says), forwarding to the
+    engine, and its link to the engine."""
+    from naiad.frontends.bridge.grpc_forwarding import (
+        GRPCEngineLink,
+        forwarding_handlers,
+        start_forwarding_server,
+    )
     from naiad.frontends.grpc.options import GRPCOptions
 
     settings = json.loads(args.grpc)
+    options = GRPCOptions(**settings["options"])
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     sock.connect(args.grpc_engine)
     link = GRPCEngineLink(sock)
+    if options.server == "naiad":
+        from naiad.frontends.grpc.naiad_server import GRPCService, serve_grpc
+
+        # Every frontend process listens on the same port (SO_REUSEPORT).
+        options.reuse_port = True
+        service = GRPCService(options, asyncio.get_running_loop(),
+                              forwarding_handlers(link, None), settings["max_input_size"])
+        return await serve_grpc(service, settings["address"], settings["port"]), link
     server, _watch = start_forwarding_server(
-        link, GRPCOptions(**settings["options"]), settings["address"], settings["port"],
+        link, options, settings["address"], settings["port"],
         settings["max_input_size"], settings["max_response_size"])
-    return server, link
+    return _StoppingGRPCServer(server), link
+
+
+class _StoppingGRPCServer:
+    """grpc's server with the naiad listener's ``await stop(grace)``."""
+
+    def __init__(self, server: Any) -> None:
+        self.server = server
+
+    async def stop(self, grace: float) -> None:
+        stopped = self.server.stop(grace)
+        await asyncio.get_running_loop().run_in_executor(None, stopped.wait)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -13,7 +13,11 @@ restricted API, runs in the same method handlers grpc's server runs
 the same whichever server runs them. The ``--grpc-*`` settings mean what they mean there:
 the message and metadata limits, TLS, compression of inference responses, keepalive pings
 and the ping policy, idle and aged connections, the handshake and message timeouts, open
-streams. :func:`unsupported_settings` names what this server does not do yet.
+streams.
+
+Frontend processes (``--frontend-processes``) serve gRPC with it too: there every call,
+``ModelInfer`` included, runs in handlers that forward it to the engine
+(``naiad.frontends.bridge.grpc_forwarding``).
 """
 
 from __future__ import annotations
@@ -52,12 +56,6 @@ _COMPRESSED = frozenset({"ModelInfer", "ModelStreamInfer"})
 _ZLIB_LEVELS = {"low": 1, "medium": 6, "high": 9}
 
 
-def unsupported_settings(options: GRPCOptions) -> list[str]:
-    """The settings of ``options`` this server does not implement (empty: it serves them
-    all)."""
-    return []
-
-
 def tls_context(options: GRPCOptions) -> ssl.SSLContext:
     """The server's TLS context for ``--grpc-use-ssl`` (HTTP/2 by ALPN); OSError naming the
     flag when a file cannot be used (the checks grpc's server makes)."""
@@ -75,28 +73,28 @@ def tls_context(options: GRPCOptions) -> ssl.SSLContext:
 
 
 class GRPCService:
-    """What every connection of the server shares: the servicer and its handlers, the
-    thread pool, the settings, the connections themselves."""
+    """What every connection of a server shares: the method handlers, the thread pool, the
+    settings, the connections themselves. With the ``servicer`` (the engine's own server,
+    not a frontend process forwarding calls), ``ModelInfer`` is answered on the loop."""
 
-    def __init__(self, server: InferenceServer, options: GRPCOptions,
-                 loop: asyncio.AbstractEventLoop) -> None:
-        self.server = server
+    def __init__(self, options: GRPCOptions, loop: asyncio.AbstractEventLoop,
+                 handlers: dict[str, grpc.RpcMethodHandler], max_message: int,
+                 servicer: InferenceServicer | None = None) -> None:
         self.options = options
         self.loop = loop
-        self.servicer = InferenceServicer(server, loop, restricted=options.restricted,
-                                          header_forward_pattern=options.header_forward_pattern,
-                                          streams=stream_settings(options))
+        self.handlers = handlers
+        self.servicer = servicer
         level = options.infer_response_compression_level
         self.compression = _ZLIB_LEVELS.get(level)
         self.compressed_methods = _COMPRESSED
         self._ranking = ((b"gzip", b"deflate") if level == "low" else (b"deflate", b"gzip"))
-        self.handlers = method_handlers(self.servicer, self.compression is not None)
         # ModelInfer skips the handlers unless inference is a restricted API.
-        self.fast_infer = "ModelInfer" not in grpc_requirements(options.restricted)
+        self.fast_infer = (servicer is not None
+                           and "ModelInfer" not in grpc_requirements(options.restricted))
         self.pool = ThreadPoolExecutor(max_workers=pool_threads(options),
                                        thread_name_prefix="naiad-grpc")
         self.connections: set[GRPCConnection] = set()
-        self.max_message = server.options.max_input_size
+        self.max_message = max_message
         self.max_frame_received = http2.DEFAULT_FRAME_SIZE
         self.min_ping_interval_s = options.http2_min_recv_ping_interval_without_data_ms / 1000
         self.waiter = LoopWaiter(loop)
@@ -125,7 +123,8 @@ class GRPCService:
 
     def run_unary(self, connection: GRPCConnection, call: Call, message: bytes) -> None:
         """Answer a unary call whose request ``message`` came in full."""
-        if call.method == "ModelInfer" and self.fast_infer and self.server.tracer is None:
+        if call.method == "ModelInfer" and self.fast_infer \
+                and self.servicer.server.tracer is None:  # type: ignore[union-attr]
             self.infer(connection, call, message)
         else:
             self.pool.submit(connection.run_in_thread, call, message)
@@ -141,7 +140,7 @@ class GRPCService:
                 f" message ({len(message)} bytes): {exc}"))
             return
         try:
-            model, infer_request, to_shm, future = self.servicer.submit_infer(
+            model, infer_request, to_shm, future = self.servicer.submit_infer(  # type: ignore[union-attr]
                 request, call.metadata)
         except Exception as exc:
             connection.finish(call, *self._failure(request.model_name, exc))
@@ -156,7 +155,8 @@ class GRPCService:
             return  # cancelled, or past its deadline: answered already
         call.on_cancel = None
         try:
-            payload = self.servicer.encode_infer(model, request, to_shm, future.result())
+            payload = self.servicer.encode_infer(  # type: ignore[union-attr]
+                model, request, to_shm, future.result())
         except Exception as exc:
             connection.finish(call, *self._failure(request.model_name, exc))
             return
@@ -266,16 +266,11 @@ class NaiadGRPCListener:
         service.pool.shutdown(wait=False)
 
 
-async def start_naiad_grpc_server(server: InferenceServer, address: str, port: int,
-                                  options: GRPCOptions) -> NaiadGRPCListener:
-    """Serve ``server`` over gRPC on ``address:port`` with naiad's own HTTP/2 server."""
-    unsupported = unsupported_settings(options)
-    if unsupported:
-        raise OSError(f"gRPC: --grpc-server=naiad does not implement {', '.join(unsupported)}"
-                      f" (use --grpc-server=grpcio)")
-    loop = asyncio.get_running_loop()
+async def serve_grpc(service: GRPCService, address: str, port: int) -> NaiadGRPCListener:
+    """Listen on ``address:port`` for ``service``'s connections (TLS as its options say)."""
+    options = service.options
+    loop = service.loop
     context = tls_context(options) if options.use_ssl else None
-    service = GRPCService(server, options, loop)
     host = address.strip("[]") or None
     try:
         listening = await loop.create_server(
@@ -292,4 +287,17 @@ async def start_naiad_grpc_server(server: InferenceServer, address: str, port: i
     return NaiadGRPCListener(service, listening)
 
 
-__all__ = ["GRPCService", "NaiadGRPCListener", "start_naiad_grpc_server"]
+async def start_naiad_grpc_server(server: InferenceServer, address: str, port: int,
+                                  options: GRPCOptions) -> NaiadGRPCListener:
+    """Serve ``server`` over gRPC on ``address:port`` with naiad's own HTTP/2 server."""
+    loop = asyncio.get_running_loop()
+    servicer = InferenceServicer(server, loop, restricted=options.restricted,
+                                 header_forward_pattern=options.header_forward_pattern,
+                                 streams=stream_settings(options))
+    compression = options.infer_response_compression_level != "none"
+    service = GRPCService(options, loop, method_handlers(servicer, compression),
+                          server.options.max_input_size, servicer)
+    return await serve_grpc(service, address, port)
+
+
+__all__ = ["GRPCService", "NaiadGRPCListener", "serve_grpc", "start_naiad_grpc_server"]

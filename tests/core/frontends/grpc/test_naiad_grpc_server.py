@@ -1,0 +1,200 @@
+"""naiad's own HTTP/2 server (``--grpc-server=naiad``) on the wire: what tritonclient and
+grpc's channel do not show on their own (flow control past the default windows, header
+blocks split over CONTINUATION frames, padding, compressed requests, frames a client may
+not send). Everything else of the gRPC frontend is tested against both servers by the rest
+of this folder."""
+
+from __future__ import annotations
+
+import gzip
+import socket
+import struct
+from pathlib import Path
+
+import grpc
+import hpack
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+from tritonclient.grpc import service_pb2 as pb
+from wire_tap import frames, goaways
+from zoo import IDENTITY_PY, identity_config, write_model
+
+from naiad.frontends.grpc import http2
+from naiad.testing import naiad_server
+
+INFER_PATH = b"/inference.GRPCInferenceService/ModelInfer"
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory):
+    repo: Path = tmp_path_factory.mktemp("identity-repo")
+    write_model(repo, "identity_fp32", identity_config("identity_fp32", "TYPE_FP32"),
+                IDENTITY_PY)
+    with naiad_server("--model-repository", str(repo), "--grpc-server=naiad") as running:
+        yield running
+
+
+def infer_message(values: np.ndarray) -> bytes:
+    request = pb.ModelInferRequest(model_name="identity_fp32")
+    request.inputs.add(name="INPUT0", datatype="FP32", shape=list(values.shape))
+    request.raw_input_contents.append(values.tobytes())
+    body = request.SerializeToString()
+    return struct.pack(">BL", 0, len(body)) + body
+
+
+def request_headers(extra: list[tuple[bytes, bytes]] = ()) -> bytes:
+    return hpack.Encoder().encode([
+        (b":method", b"POST"), (b":scheme", b"http"), (b":path", INFER_PATH),
+        (b":authority", b"localhost"), (b"content-type", b"application/grpc"),
+        (b"te", b"trailers"), *extra])
+
+
+class RawClient:
+    """A client that writes frames as given and reads what the server sends back."""
+
+    def __init__(self, port: int) -> None:
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=30)
+        self.received = b""
+
+    def send(self, *data: bytes) -> None:
+        self.sock.sendall(b"".join(data))
+
+    def open(self) -> None:
+        self.send(http2.PREFACE, http2.settings_frame({}))
+
+    def read_until(self, done, limit_s: float = 30.0) -> list:
+        self.sock.settimeout(limit_s)
+        while True:
+            found = frames(self.received)
+            if done(found):
+                return found
+            chunk = self.sock.recv(65536)
+            if not chunk:
+                return frames(self.received)
+            self.received += chunk
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def trailers_of(found: list, stream: int) -> list[tuple[bytes, bytes]] | None:
+    """The decoded header blocks the server sent on ``stream`` that end it."""
+    decoder = hpack.Decoder()
+    ended = None
+    for item in found:
+        if item.type == http2.HEADERS:
+            headers = [(bytes(k), bytes(v)) for k, v in decoder.decode(item.payload, raw=True)]
+            if item.stream == stream and item.flags & http2.END_STREAM:
+                ended = headers
+    return ended
+
+
+def ended(stream: int):
+    return lambda found: any(f.type == http2.HEADERS and f.stream == stream
+                             and f.flags & http2.END_STREAM for f in found)
+
+
+def test_messages_larger_than_every_window_go_both_ways(server) -> None:
+    # 6 MiB each way: past the default 64 KiB windows, naiad's 4 MiB stream window and
+    # many 16 KiB frames; the client's windows hold the response back until it reads.
+    values = np.arange(6 * 1024 * 1024 // 4, dtype=np.float32)
+    with grpcclient.InferenceServerClient(server.grpc_url) as client:
+        inputs = [grpcclient.InferInput("INPUT0", list(values.shape), "FP32")]
+        inputs[0].set_data_from_numpy(values)
+        for _ in range(2):
+            result = client.infer("identity_fp32", inputs, client_timeout=60)
+            np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), values)
+
+
+def test_a_gzip_request_is_decompressed(server) -> None:
+    values = np.zeros(4096, dtype=np.float32)
+    with grpcclient.InferenceServerClient(server.grpc_url) as client:
+        inputs = [grpcclient.InferInput("INPUT0", list(values.shape), "FP32")]
+        inputs[0].set_data_from_numpy(values)
+        result = client.infer("identity_fp32", inputs, compression_algorithm="gzip")
+        np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), values)
+
+
+def test_continuation_frames_and_padding_are_understood(server) -> None:
+    client = RawClient(server.grpc_port)
+    try:
+        client.open()
+        block = request_headers([(b"x-filler", b"f" * 3000)])
+        first, second, third = block[:10], block[10:1000], block[1000:]
+        message = infer_message(np.ones(4, dtype=np.float32))
+        padded = bytes([7]) + message + b"\0" * 7
+        client.send(http2.frame(http2.HEADERS, 0, 1, first),
+                    http2.frame(http2.CONTINUATION, 0, 1, second),
+                    http2.frame(http2.CONTINUATION, http2.END_HEADERS, 1, third),
+                    http2.frame(http2.DATA, http2.PADDED | http2.END_STREAM, 1, padded))
+        found = client.read_until(ended(1))
+        assert (b"grpc-status", b"0") in trailers_of(found, 1)
+        data = b"".join(f.payload for f in found if f.type == http2.DATA and f.stream == 1)
+        response = pb.ModelInferResponse.FromString(data[5:])
+        assert np.frombuffer(response.raw_output_contents[0], np.float32).tolist() == [1] * 4
+    finally:
+        client.close()
+
+
+def test_an_unknown_method_is_unimplemented(server) -> None:
+    with grpc.insecure_channel(server.grpc_url) as channel:
+        call = channel.unary_unary("/inference.GRPCInferenceService/NoSuchRpc")
+        with pytest.raises(grpc.RpcError) as info:
+            call(b"", timeout=10)
+    assert info.value.code() == grpc.StatusCode.UNIMPLEMENTED
+    assert "NoSuchRpc" in info.value.details()
+
+
+def test_an_oversized_message_is_refused_as_soon_as_it_is_announced(server) -> None:
+    client = RawClient(server.grpc_port)
+    try:
+        client.open()
+        # Announces 1 GiB (over --http-max-input-size) and sends 5 bytes of it.
+        client.send(http2.frame(http2.HEADERS, http2.END_HEADERS, 1, request_headers()),
+                    http2.frame(http2.DATA, 0, 1, struct.pack(">BL", 0, 2**30) + b"x" * 5))
+        found = client.read_until(ended(1))
+        trailers = dict(trailers_of(found, 1))
+        assert trailers[b"grpc-status"] == b"8"  # RESOURCE_EXHAUSTED
+        assert b"--http-max-input-size" in trailers[b"grpc-message"]
+    finally:
+        client.close()
+
+
+@pytest.mark.parametrize("opening", [
+    b"GET / HTTP/1.1\r\nHost: x\r\n\r\n",  # not HTTP/2
+    http2.PREFACE + http2.settings_frame({}) + http2.frame(http2.PUSH_PROMISE, 0, 1, b"\0" * 4),
+    http2.PREFACE + http2.settings_frame({}) + http2.frame(http2.HEADERS, http2.END_HEADERS, 2,
+                                                            request_headers()),
+])
+def test_a_protocol_error_ends_that_connection_only(server, opening: bytes) -> None:
+    client = RawClient(server.grpc_port)
+    try:
+        client.send(opening)
+        found = client.read_until(lambda found: bool(goaways(found)))
+        assert goaways(found)[0][0] == http2.PROTOCOL_ERROR
+    finally:
+        client.close()
+    with grpcclient.InferenceServerClient(server.grpc_url) as other:
+        assert other.is_server_live()
+
+
+def test_a_gzip_message_that_inflates_past_the_limit_is_refused(tmp_path: Path) -> None:
+    write_model(tmp_path, "identity_fp32", identity_config("identity_fp32", "TYPE_FP32"),
+                IDENTITY_PY)
+    with naiad_server("--model-repository", str(tmp_path), "--grpc-server=naiad",
+                      "--http-max-input-size=65536") as small:
+        client = RawClient(small.grpc_port)
+        try:
+            client.open()
+            body = gzip.compress(infer_message(np.zeros(100_000, dtype=np.float32))[5:])
+            client.send(
+                http2.frame(http2.HEADERS, http2.END_HEADERS, 1,
+                            request_headers([(b"grpc-encoding", b"gzip")])),
+                http2.frame(http2.DATA, http2.END_STREAM, 1,
+                            struct.pack(">BL", 1, len(body)) + body))
+            trailers = dict(trailers_of(client.read_until(ended(1)), 1))
+            assert trailers[b"grpc-status"] == b"8"
+            assert b"--http-max-input-size" in trailers[b"grpc-message"]
+        finally:
+            client.close()
