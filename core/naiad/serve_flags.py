@@ -377,11 +377,11 @@ FLAGS: tuple[Flag, ...] = (
          help="the most ModelStreamInfer calls open at once (each holds a server thread); "
               "more are refused RESOURCE_EXHAUSTED, and other calls always keep threads of "
               "their own; 0: no bound (naiad only; default 1024)"),
-    Flag(("--grpc-server",), LISTENERS, default="grpcio", choices=GRPC_SERVERS,
+    Flag(("--grpc-server",), LISTENERS, default="naiad", choices=GRPC_SERVERS,
          option="grpc.server",
-         help="what serves gRPC: grpcio, grpc's own Python server, or naiad, naiad's HTTP/2 "
-              "server on the event loop, which answers ModelInfer without a thread hand-off "
-              "(docs/design.md has the figures; naiad only; default grpcio)"),
+         help="what serves gRPC: naiad, naiad's own HTTP/2 server on the event loop, which "
+              "answers ModelInfer without a thread hand-off, or grpcio, grpc's Python server "
+              "(about twice the CPU per call: docs/design.md; naiad only; default naiad)"),
     Flag(("--grpc-stream-idle-timeout",), LISTENERS, default=0, type=_count_or_zero,
          metavar="MS", option="grpc.stream_idle_timeout_ms",
          help="end a ModelStreamInfer call (UNAVAILABLE) that has had no request in flight "

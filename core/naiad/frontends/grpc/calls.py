@@ -39,16 +39,19 @@ class Aborted(Exception):
 class CallContext(grpc.ServicerContext):
     """The context of a call served outside grpc's server: ``metadata`` as grpc's
     ``invocation_metadata()`` gives it, ``seconds_left`` until the client's deadline (None:
-    none); ``on_cancel`` (optional) ends the call on the wire when a handler cancels it."""
+    none); ``on_cancel`` (optional) ends the call on the wire when a handler cancels it, and
+    ``on_end_with`` (optional) ends it at once with a status (:meth:`end_with`)."""
 
     def __init__(self, metadata: Metadata, seconds_left: float | None,
-                 on_cancel: Callable[[], object] | None = None) -> None:
+                 on_cancel: Callable[[], object] | None = None,
+                 on_end_with: Callable[[grpc.StatusCode, str], object] | None = None) -> None:
         self._metadata = metadata
         self._deadline = None if seconds_left is None else time.monotonic() + seconds_left
         self._lock = threading.Lock()
         self._callbacks: list[Callable[[], object]] = []
         self._active = True
         self._on_cancel = on_cancel
+        self._on_end_with = on_end_with
         self.code: grpc.StatusCode | None = None
         self.details = ""
         self.uncompressed = False
@@ -81,6 +84,16 @@ class CallContext(grpc.ServicerContext):
         if self._on_cancel is not None:
             self._on_cancel()
         self.end()
+
+    def end_with(self, code: grpc.StatusCode, details: str) -> bool:
+        """End the call now with ``code`` and ``details``, from any thread, whatever the
+        handler is doing (blocked sending to a client that does not read); False when this
+        context cannot (then :meth:`cancel` is what is left)."""
+        if self._on_end_with is None:
+            return False
+        self._on_end_with(code, details)
+        self.end()
+        return True
 
     def disable_next_message_compression(self) -> None:
         self.uncompressed = True

@@ -479,8 +479,7 @@ class GRPCConnection(asyncio.Protocol):
         call.messages = queue.SimpleQueue()
         call.writable = threading.Event()
         call.writable.set()
-        call.context = CallContext(call.metadata, timeout,
-                                   lambda: self.loop.call_soon_threadsafe(self.cancel_call, call))
+        call.context = self.context_of(call, timeout)
         self.service.pool.submit(self.run_in_thread, call, b"")
 
     def take_messages(self, call: Call) -> None:
@@ -521,10 +520,8 @@ class GRPCConnection(asyncio.Protocol):
         """Run ``call`` in the servicer's method handlers (on a pool thread)."""
         context = call.context
         if context is None:
-            context = call.context = CallContext(
-                call.metadata, None if call.deadline is None
-                else call.deadline.when() - self.loop.time(),
-                lambda: self.loop.call_soon_threadsafe(self.cancel_call, call))
+            context = call.context = self.context_of(call, None if call.deadline is None
+                                                     else call.deadline.when() - self.loop.time())
         streaming = call.messages is not None
 
         def send(data: bytes, uncompressed: bool) -> None:
@@ -537,6 +534,20 @@ class GRPCConnection(asyncio.Protocol):
         code, details = run_call(self.service.handlers, call.method, streaming, request,
                                  self.messages(call) if streaming else (), context, send)
         self.loop.call_soon_threadsafe(self.finish, call, code, bounded_message(details))
+
+    def context_of(self, call: Call, seconds_left: float | None) -> CallContext:
+        """The context ``call``'s handler gets; what it cancels or ends, ends on the wire."""
+        call_soon = self.loop.call_soon_threadsafe
+        return CallContext(call.metadata, seconds_left,
+                           lambda: call_soon(self.cancel_call, call),
+                           lambda code, message: call_soon(self.end_now, call, code, message))
+
+    def end_now(self, call: Call, code: grpc.StatusCode, message: str) -> None:
+        """End ``call`` with a status at once: what flow control still holds of its
+        messages is dropped (trailers are not flow-controlled, so a client that does not
+        read still gets the status)."""
+        call.pending.clear()
+        self.finish(call, code, bounded_message(message))
 
     def cancel_call(self, call: Call) -> None:
         """A handler cancelled its call (grpc's ``context.cancel()``)."""
@@ -551,6 +562,8 @@ class GRPCConnection(asyncio.Protocol):
         """Send one response message (with the response headers before the first)."""
         if call.closed or self.closing:
             return
+        # As grpc core: a ping after naiad sent headers or data is no abuse.
+        self.ping_strikes, self.last_ping = 0, 0.0
         encoding = None
         if not uncompressed and self.service.compression is not None \
                 and call.method in self.service.compressed_methods:
@@ -631,6 +644,7 @@ class GRPCConnection(asyncio.Protocol):
         if call.closed:
             return
         call.closed = True
+        self.ping_strikes, self.last_ping = 0, 0.0
         if call.deadline is not None:
             call.deadline.cancel()
         trailers = http2.status_trailers(code.value[0], message, call.headers_sent)

@@ -7,8 +7,8 @@ from dataclasses import dataclass, field
 from naiad.frontends.restrictions import Restriction
 
 COMPRESSION_LEVELS = ("none", "low", "medium", "high")
-#: What serves gRPC: grpc's Python server, or naiad's own (naiad_server.py).
-GRPC_SERVERS = ("grpcio", "naiad")
+#: What serves gRPC: naiad's own server (naiad_server.py), or grpc's Python server.
+GRPC_SERVERS = ("naiad", "grpcio")
 
 
 @dataclass
@@ -16,9 +16,9 @@ class GRPCOptions:
     """How the gRPC endpoint listens, secures, compresses and keeps connections alive."""
 
     reuse_port: bool = False
-    # naiad only. grpcio (grpc's thread-pool server, listener.py) or naiad (its own HTTP/2
-    # server on the event loop, naiad_server.py).
-    server: str = "grpcio"
+    # naiad only. naiad (its own HTTP/2 server on the event loop, naiad_server.py) or
+    # grpcio (grpc's thread-pool server, listener.py).
+    server: str = "naiad"
     # TLS: a server certificate and key; with ``use_ssl_mutual`` clients must present a
     # certificate signed by ``root_cert`` (PEM file paths).
     use_ssl: bool = False

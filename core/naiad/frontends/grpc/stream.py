@@ -137,9 +137,13 @@ def call_ender(context: grpc.ServicerContext) -> EndCall:
     client that does not read cannot. grpc core's call can be cancelled with a status,
     which it sends to the client at once (the trailers are not held back by flow control);
     grpc's Python API has only ``context.cancel()`` (CANCELLED, no message), used when its
-    call object is not there (the frontend processes' forwarded calls)."""
+    call object is not there (the frontend processes' forwarded calls). naiad's own server
+    sends the status at once the same way (``CallContext.end_with``)."""
 
     def end(code: grpc.StatusCode, message: str) -> None:
+        end_with = getattr(context, "end_with", None)  # naiad's server (calls.CallContext)
+        if end_with is not None and end_with(code, bounded_message(message)):
+            return
         call = getattr(getattr(context, "_rpc_event", None), "call", None)
         if call is not None:
             try:

@@ -20,11 +20,13 @@ A = np.array([1, 2, 3, 4], dtype=np.float32)
 B = np.array([10, 20, 30, 40], dtype=np.float32)
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory):
+@pytest.fixture(scope="module", params=["naiad", "grpcio"])
+def server(tmp_path_factory, request):
+    """One server per gRPC server naiad has (``--grpc-server``): the rest of this folder
+    runs against the default (naiad's own), this module against both."""
     repo = write_repository(tmp_path_factory.mktemp("grpc-e2e"))
     with naiad_server("--model-repository", str(repo), "--exit-on-error=false",
-                      "--strict-readiness=false") as process:
+                      "--strict-readiness=false", f"--grpc-server={request.param}") as process:
         yield process
 
 
