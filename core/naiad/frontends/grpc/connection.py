@@ -13,6 +13,9 @@ bytes are bounded by the message limit (``--http-max-input-size``) instead, so i
 given back as its data arrives, while a stream's is given back only as its handler takes
 each message: a client streaming faster than its requests are served is slowed down, not
 buffered. What naiad sends waits for the client's windows.
+
+The module is one state machine (the windows, the calls and the header table of one
+connection) and is kept whole rather than split into parts that would each need the others.
 """
 
 from __future__ import annotations
@@ -25,16 +28,15 @@ import threading
 import zlib
 from collections import deque
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Protocol
 
 import grpc
 
 from naiad.frontends.grpc import http2
 from naiad.frontends.grpc.calls import CallContext, run_call
+from naiad.frontends.grpc.options import GRPCOptions
 from naiad.frontends.grpc.status import bounded_message
-
-if TYPE_CHECKING:
-    from naiad.frontends.grpc.naiad_server import GRPCService
 
 log = logging.getLogger("naiad.grpc")
 
@@ -82,10 +84,36 @@ class Call:
         self.started = 0.0
 
 
+class Service(Protocol):
+    """What a connection needs of the server it belongs to (``naiad_server.GRPCService``)."""
+
+    options: GRPCOptions
+    loop: asyncio.AbstractEventLoop
+    handlers: dict[str, grpc.RpcMethodHandler]  # by RPC name
+    pool: ThreadPoolExecutor  # runs every call but a plain ModelInfer
+    connections: set[GRPCConnection]
+    max_message: int  # bytes, --http-max-input-size
+    max_frame_received: int
+    min_ping_interval_s: float
+    compression: int | None  # zlib's level for inference responses; None: uncompressed
+    compressed_methods: frozenset[str]
+
+    def pick_encoding(self, accept: bytes) -> bytes | None: ...
+
+    def compress(self, message: bytes, encoding: bytes) -> bytes: ...
+
+    def run_unary(self, connection: GRPCConnection, call: Call, message: bytes) -> None: ...
+
+    def expect_message(self, connection: GRPCConnection, call: Call,
+                       done: bool = False) -> None: ...
+
+    def watch(self, connection: GRPCConnection) -> None: ...
+
+
 class GRPCConnection(asyncio.Protocol):
     """The HTTP/2 server side of one client connection."""
 
-    def __init__(self, service: GRPCService) -> None:
+    def __init__(self, service: Service) -> None:
         self.service = service
         self.loop = service.loop
         self.transport: asyncio.Transport | None = None

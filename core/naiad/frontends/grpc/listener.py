@@ -300,21 +300,17 @@ def pool_threads(options: GRPCOptions) -> int:
     return options.max_streams + CALL_THREADS
 
 
-async def start_grpc_server(server: InferenceServer, address: str, port: int,
-                            options: GRPCOptions | None = None) -> Any:
-    """Serve ``server`` over gRPC on ``address:port`` as ``options`` (the ``--grpc-*``
-    flags) say, with grpc's server or naiad's (``--grpc-server``); started on return, a
-    listener with ``await stop(grace)``. Call it on the event loop the server runs on.
+async def start_grpcio_server(server: InferenceServer, address: str, port: int,
+                              options: GRPCOptions | None = None) -> GRPCListener:
+    """Serve ``server`` over gRPC on ``address:port`` with grpc's thread-pool server
+    (``--grpc-server=grpcio``), as ``options`` (the ``--grpc-*`` flags) say; started on
+    return. Call it on the event loop the server runs on.
 
     Requests may be as large as ``--http-max-input-size`` and responses as
     ``--max-response-size``; a larger request gets RESOURCE_EXHAUSTED from grpc. Raises
     OSError when the port cannot be bound or a TLS file cannot be used.
     """
     options = options or GRPCOptions()
-    if options.server == "naiad":
-        from naiad.frontends.grpc.naiad_server import start_naiad_grpc_server
-
-        return await start_naiad_grpc_server(server, address, port, options)
     credentials = server_credentials(options) if options.use_ssl else None
     pool = ThreadPoolExecutor(max_workers=pool_threads(options),
                               thread_name_prefix="naiad-grpc")
@@ -344,4 +340,4 @@ async def start_grpc_server(server: InferenceServer, address: str, port: int,
     return GRPCListener(grpc_server, pool, watch)
 
 
-__all__ = ["GRPCListener", "channel_arguments", "server_credentials", "start_grpc_server"]
+__all__ = ["GRPCListener", "channel_arguments", "server_credentials", "start_grpcio_server"]
