@@ -77,7 +77,9 @@ class Call:
         self.accept = b""  # the client's grpc-accept-encoding
         self.context: CallContext | None = None  # for calls run in the handlers
         self.messages: queue.SimpleQueue[Any] | None = None  # a stream's, for its handler
-        self.unread = 0  # a stream's bytes queued for its handler, not yet taken
+        # A stream's bytes queued for its handler, not yet taken; a unary call's received
+        # and not yet given back as window.
+        self.unread = 0
         self.writable: threading.Event | None = None  # a stream's: set while it may send
         self.on_cancel: Any = None  # a fast-path call's cancellation
         self.deadline: asyncio.TimerHandle | None = None
@@ -445,8 +447,12 @@ class GRPCConnection(asyncio.Protocol):
                 if size > self.service.max_message:
                     self.refuse_large(call, size)
                     return
-            if length:
-                self.write(http2.window_update(stream, length))
+            # The window given back once half of it is used: a message under half the
+            # window (almost every one) costs no WINDOW_UPDATE, so no write of its own.
+            call.unread += length
+            if call.unread > STREAM_WINDOW // 2:
+                self.write(http2.window_update(stream, call.unread))
+                call.unread = 0
         if flags & http2.END_STREAM:
             self.on_end(call)
 
