@@ -434,13 +434,17 @@ class Stream:
             response = classify_response(entry.model, entry.request, response)
             body = self.encoder.encode(entry.request, response, entry.to_shm)
         except InferenceServerError as err:  # e.g. an output too large for its region
+            if self.grpc_error:  # as tritonserver: the encoding error ends the call too
+                self._end_with(grpc_status(err), err.message)
             return stream_error(err.message, entry.request_id, entry.model_name, final)
         except Exception as exc:
             log.exception("encoding a stream response of model '%s' failed",
                           entry.model_name)
-            return stream_error(f"model '{entry.model_name}': internal error: "
-                                f"{type(exc).__name__}: {exc}", entry.request_id,
-                                entry.model_name, final)
+            message = (f"model '{entry.model_name}': internal error: "
+                       f"{type(exc).__name__}: {exc}")
+            if self.grpc_error:
+                self._end_with(grpc.StatusCode.INTERNAL, message)
+            return stream_error(message, entry.request_id, entry.model_name, final)
         return stream_response(body + (FINAL if final else NOT_FINAL))
 
     def _end_with(self, code: grpc.StatusCode, message: str) -> None:

@@ -87,3 +87,63 @@ def test_without_the_header_the_error_is_a_message_and_the_stream_goes_on(server
     finally:
         client.stop_stream()
         client.close()
+
+
+@pytest.fixture
+def small_output_region(server):
+    """A registered system shared memory region of 2 bytes: too small for repeat's OUT (an
+    INT32, 4 bytes), so encoding the response fails after the model answered."""
+    import tritonclient.utils.shared_memory as shm
+
+    key = f"/naiad-test-small-{id(server)}"
+    handle = shm.create_shared_memory_region("small_out", key, 2)
+    client = grpcclient.InferenceServerClient(server.grpc_url)
+    client.register_system_shared_memory("small_out", key, 2)
+    try:
+        yield "small_out"
+    finally:
+        client.unregister_system_shared_memory("small_out")
+        client.close()
+        shm.destroy_shared_memory_region(handle)
+
+
+def out_to_region(region: str) -> list[grpcclient.InferRequestedOutput]:
+    out = grpcclient.InferRequestedOutput("OUT")
+    out.set_shared_memory(region, 2)
+    return [out]
+
+
+def test_an_encoding_error_ends_the_stream_with_its_status(server, small_output_region):
+    """tritonserver 2.51 ends a ``triton_grpc_error`` stream with the error's status also
+    when the response fails while it is written (an output too large for its shared memory
+    region), not only when the model fails; naiad's status is the one its ModelInfer gives
+    for the same error (docs/compatibility.md: INVALID_ARGUMENT where Triton says INTERNAL)."""
+    client, results = open_stream(server.grpc_url, {"triton_grpc_error": "true"})
+    try:
+        client.async_stream_infer("repeat", repeat_inputs(1, 2),
+                                  outputs=out_to_region(small_output_region), request_id="big")
+        result, error = results.get(timeout=TIMEOUT_S)
+        assert result is None and isinstance(error, InferenceServerException)
+        assert error.status() == "StatusCode.INVALID_ARGUMENT"
+        assert "output 'OUT' of model 'repeat'" in error.message()
+        with pytest.raises(queue.Empty):  # the call is over: the second response never comes
+            results.get(timeout=1)
+    finally:
+        client.stop_stream()
+        client.close()
+
+
+def test_without_the_header_an_encoding_error_is_a_message(server, small_output_region):
+    client, results = open_stream(server.grpc_url, None)
+    try:
+        client.async_stream_infer("repeat", repeat_inputs(1),
+                                  outputs=out_to_region(small_output_region), request_id="big")
+        result, error = results.get(timeout=TIMEOUT_S)
+        assert result is None and isinstance(error, InferenceServerException)
+        assert "output 'OUT' of model 'repeat'" in error.message()
+        client.async_stream_infer("repeat", repeat_inputs(5), request_id="later")
+        result, error = results.get(timeout=TIMEOUT_S)
+        assert error is None and int(result.as_numpy("OUT")[0]) == 5
+    finally:
+        client.stop_stream()
+        client.close()
