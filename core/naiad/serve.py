@@ -131,12 +131,16 @@ def _http_frontend(server: InferenceServer, listeners: Listeners) -> HTTPFronten
 async def _start_frontend_processes(server: InferenceServer, listeners: Listeners) -> Any:
     """HTTP and gRPC served by ``--frontend-processes`` processes that forward every request
     to this one (docs/design.md, "Processes"); started on return."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from naiad.frontends.bridge.grpc_engine import MAX_THREADS
     from naiad.frontends.bridge.processes import (
         FrontendProcesses,
         GRPCForwarding,
         HTTPForwarding,
     )
-    from naiad.frontends.grpc.listener import servicer_handlers
+    from naiad.frontends.grpc.listener import make_servicer, servicer_handlers
+    from naiad.frontends.grpc.loop_infer import BridgedInfer, loop_infer
 
     http = grpc = None
     if listeners.allow_http:
@@ -144,9 +148,20 @@ async def _start_frontend_processes(server: InferenceServer, listeners: Listener
                               listeners.http_port, listeners.reuse_http_port,
                               listeners.http_limits)
     if listeners.allow_grpc:
-        grpc = GRPCForwarding(servicer_handlers(server, listeners.grpc),
-                              listeners.grpc_address, listeners.grpc_port, listeners.grpc,
-                              server.options.max_input_size, server.options.max_response_size)
+        servicer = make_servicer(server, listeners.grpc)
+        handlers = servicer_handlers(server, listeners.grpc, servicer=servicer)
+        # naiad's gRPC server in the frontends sends ModelInfer on the HTTP link, where the
+        # engine answers it on its loop (frames.GRPC_INFER); grpcio's sends every call as a
+        # CALL through the gRPC bridge.
+        infer = None
+        if listeners.allow_http and listeners.grpc.server == "naiad":
+            infer = BridgedInfer(loop_infer(servicer, listeners.grpc), handlers,
+                                 ThreadPoolExecutor(max_workers=MAX_THREADS,
+                                                    thread_name_prefix="naiad-grpc"),
+                                 asyncio.get_running_loop())
+        grpc = GRPCForwarding(handlers, listeners.grpc_address, listeners.grpc_port,
+                              listeners.grpc, server.options.max_input_size,
+                              server.options.max_response_size, infer)
     processes = FrontendProcesses(listeners.frontend_processes, http, grpc)
     await processes.start()
     if http is not None:

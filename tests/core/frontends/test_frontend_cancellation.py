@@ -25,10 +25,14 @@ TIMEOUT_S = 30
 POLLS = 300  # of the count, each a full request round trip
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory):
+@pytest.fixture(scope="module", params=[(), ("--frontend-processes=1",)],
+                ids=["one-process", "frontend-process"])
+def server(tmp_path_factory, request):
+    """A single-process server, and one whose gRPC and HTTP are served by a frontend
+    process (a unary ModelInfer then crosses to the engine as a GRPC_INFER frame, and the
+    client's giving up as a DISCONNECT)."""
     repo = write_streaming_repository(tmp_path_factory.mktemp("cancellation"))
-    with naiad_server("--model-repository", str(repo)) as process:
+    with naiad_server("--model-repository", str(repo), *request.param) as process:
         yield process
 
 

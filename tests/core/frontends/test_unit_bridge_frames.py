@@ -47,3 +47,26 @@ def test_an_answer_the_engine_abandoned_is_an_internal_error() -> None:
                        (frames.RESPONSE, body_of(unfinished))):
         answer = _answer_of(kind, body)
         assert answer.status == 500 and b"ended the answer" in answer.body
+
+
+def test_a_grpc_infer_frame_carries_metadata_and_the_request_message() -> None:
+    metadata = (("x-text", "valeur é"), ("x-blob-bin", b"\x00\xff\x80"))
+    data = frames.call_frame(5, "ModelInfer", False, None, frames.metadata_of(metadata),
+                             b"\x0a\x03abc", kind=frames.GRPC_INFER)
+    assert data[4] == frames.GRPC_INFER
+    method, streaming, seconds_left, carried, request = frames.read_call(body_of(data))
+    assert (method, streaming, seconds_left, request) == ("ModelInfer", False, None,
+                                                          b"\x0a\x03abc")
+    assert frames.metadata_from(carried) == metadata
+
+
+@pytest.mark.parametrize(("code", "details", "message"), [
+    (0, "", b"\x0a\x08identity"),
+    (0, "", b""),  # an empty response message is still a message
+    (3, "model 'm': tensor 'INPUT0' expects FP32 — got INT8", None),
+])
+def test_a_grpc_answer_frame_gives_the_status_and_the_response(code: int, details: str,
+                                                               message: bytes | None) -> None:
+    data = frames.grpc_answer_frame(11, code, details, message)
+    assert data[4] == frames.GRPC_ANSWER
+    assert frames.read_grpc_answer(body_of(data)) == (code, details, message, False)

@@ -19,6 +19,7 @@ import os
 import shutil
 import tempfile
 from collections import deque
+from functools import partial
 from typing import Any
 
 import orjson
@@ -26,6 +27,8 @@ import orjson
 from naiad.frontends.bridge import frames
 from naiad.frontends.http.infer import Answer, InferExchange, InferRoute, infer_headers
 
+# grpc.StatusCode.UNIMPLEMENTED's number (the engine's end needs no grpc import for it).
+_UNIMPLEMENTED = 12
 log = logging.getLogger("naiad.http")
 
 _DISCONNECT = {"type": "http.disconnect"}
@@ -101,11 +104,15 @@ class _Direct(InferExchange):
 
 class _EngineConnection:
     """One frontend process's connection. ``route``: the application's infer route, for
-    plain inferences (None: they run in the application too)."""
+    plain inferences (None: they run in the application too); ``grpc``: what answers the
+    gRPC ``ModelInfer`` calls the frontend's gRPC server sends here (``GRPC_INFER``)."""
 
-    def __init__(self, app: Any, route: InferRoute | None) -> None:
+    def __init__(self, app: Any, route: InferRoute | None, grpc: Any = None) -> None:
         self.app = app
         self.route = route
+        self.grpc = grpc
+        # GRPC_INFER calls in progress: ticket -> what cancels it (None: nothing yet).
+        self.grpc_calls: dict[int, Any] = {}
         self.loop = asyncio.get_running_loop()
         self.exchanges: dict[int, _Exchange] = {}
         self.direct: dict[int, _Direct] = {}
@@ -115,6 +122,15 @@ class _EngineConnection:
     def _frame(self, kind: int, exchange_id: int, body: memoryview) -> None:
         if kind == frames.INFER:
             self._infer(exchange_id, body)
+            return
+        if kind == frames.GRPC_INFER:
+            self._grpc_infer(exchange_id, body)
+            return
+        if exchange_id in self.grpc_calls:
+            if kind == frames.DISCONNECT:  # the call ended on the client's side
+                cancel = self.grpc_calls.pop(exchange_id)
+                if cancel is not None:
+                    cancel()
             return
         if kind == frames.REQUEST:
             scope, more, data = frames.read_json(body)
@@ -154,6 +170,26 @@ class _EngineConnection:
                                                       headers)
         route.start(exchange, data, self.loop, self._answered)
 
+    def _grpc_infer(self, exchange_id: int, body: memoryview) -> None:
+        _method, _streaming, seconds_left, metadata, request = frames.read_call(body)
+        if self.grpc is None:  # not served here: the frontend sends CALLs instead
+            self.protocol.write(frames.grpc_answer_frame(
+                exchange_id, _UNIMPLEMENTED, "ModelInfer is not served on this link", None))
+            return
+        self.grpc_calls[exchange_id] = None
+        cancel = self.grpc.start(request, frames.metadata_from(metadata), seconds_left,
+                                 partial(self._grpc_answered, exchange_id))
+        if exchange_id in self.grpc_calls:  # not answered at once
+            self.grpc_calls[exchange_id] = cancel
+
+    def _grpc_answered(self, exchange_id: int, code: Any, details: str,
+                       payload: bytes | None) -> None:
+        if exchange_id not in self.grpc_calls:
+            return  # the client went away meanwhile
+        del self.grpc_calls[exchange_id]
+        self.protocol.write(frames.grpc_answer_frame(exchange_id, code.value[0], details,
+                                                     payload))
+
     def _answered(self, exchange: _Direct, reply: Answer) -> None:
         if self.direct.pop(exchange.ticket, None) is not None:  # else withdrawn
             self.protocol.write(frames.answer_frame(exchange.ticket, *reply))
@@ -179,6 +215,10 @@ class _EngineConnection:
         direct, self.direct = self.direct, {}
         for waiting in direct.values():
             self.route.withdraw(waiting)  # type: ignore[union-attr]
+        calls, self.grpc_calls = self.grpc_calls, {}
+        for cancel in calls.values():
+            if cancel is not None:
+                cancel()
 
 
 def _scope(forwarded: dict[str, Any]) -> dict[str, Any]:
@@ -208,8 +248,9 @@ def _infer_scope(model_name: str, version: str,
 class BridgeServer:
     """The Unix socket frontend processes connect to, in a private folder of its own."""
 
-    def __init__(self, app: Any) -> None:
+    def __init__(self, app: Any, grpc: Any = None) -> None:
         self.app = app
+        self.grpc = grpc  # answers GRPC_INFER (loop_infer.BridgedInfer), or None
         self.folder = tempfile.mkdtemp(prefix="naiad-frontends-")  # mode 0700
         self.path = os.path.join(self.folder, "engine.sock")
         self.connections: list[_EngineConnection] = []
@@ -219,7 +260,7 @@ class BridgeServer:
         route = getattr(self.app, "fast_infer", None)  # None: a restricted inference API
 
         def accepted() -> frames.FrameProtocol:
-            connection = _EngineConnection(self.app, route)
+            connection = _EngineConnection(self.app, route, self.grpc)
             self.connections.append(connection)
             return connection.protocol
 

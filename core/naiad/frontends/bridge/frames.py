@@ -35,11 +35,18 @@ A gRPC call is an exchange on a second connection (:mod:`.grpc_forwarding`):
   when the client is done sending; ``DISCONNECT`` when the call ended on the client's side;
 - engine -> frontend: a ``MESSAGE`` per response (``<u8 uncompressed>`` and its bytes),
   then ``STATUS`` (``<u8 code>`` and the details, UTF-8), which ends the call.
+
+A unary ``ModelInfer`` that a frontend's gRPC server takes goes on the first connection
+instead, where the engine answers it on its event loop, as a single-process server does
+(:mod:`naiad.frontends.grpc.loop_infer`): ``GRPC_INFER`` (a ``CALL``'s body) and
+``GRPC_ANSWER`` (``<u8 code> <u8 uncompressed> <u32 size> <details>`` and the response
+message when the code is OK); ``DISCONNECT`` when the call ended on the client's side.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import socket
 import struct
 import threading
@@ -51,6 +58,7 @@ import orjson
 REQUEST, BODY, DISCONNECT, RESPONSE, ABORT = 1, 2, 3, 4, 5
 CALL, MESSAGE, HALF_CLOSE, STATUS = 6, 7, 8, 9
 INFER, ANSWER = 10, 11
+GRPC_INFER, GRPC_ANSWER = 12, 13
 
 _HEAD = struct.Struct("<IBI")  # size of the rest, kind, exchange id
 _SIZE = struct.Struct("<I")
@@ -185,10 +193,11 @@ _CALL_HEAD = struct.Struct("<BdH")
 
 
 def call_frame(exchange: int, method: str, streaming: bool, seconds_left: float | None,
-               metadata: list[list[Any]], request: bytes = b"") -> bytes:
+               metadata: list[list[Any]], request: bytes = b"", kind: int = CALL) -> bytes:
+    """A ``CALL`` frame (or, ``kind`` GRPC_INFER, a ``ModelInfer`` for the engine's loop)."""
     name = method.encode("utf-8")
     meta = orjson.dumps(metadata)
-    return frame(CALL, exchange, _CALL_HEAD.pack(streaming, -1.0 if seconds_left is None
+    return frame(kind, exchange, _CALL_HEAD.pack(streaming, -1.0 if seconds_left is None
                                                  else seconds_left, len(name)),
                  name, _SIZE.pack(len(meta)), meta, request)
 
@@ -204,6 +213,36 @@ def read_call(body: memoryview) -> tuple[str, bool, float | None, list[list[Any]
     metadata = orjson.loads(body[position:position + meta_size])
     return (method, bool(streaming), None if seconds_left < 0 else seconds_left, metadata,
             bytes(body[position + meta_size:]))
+
+
+_GRPC_ANSWER_HEAD = struct.Struct("<BBI")
+
+
+def grpc_answer_frame(exchange: int, code: int, details: str, message: bytes | None,
+                      uncompressed: bool = False) -> bytes:
+    text = details.encode("utf-8")
+    return frame(GRPC_ANSWER, exchange, _GRPC_ANSWER_HEAD.pack(code, uncompressed, len(text)),
+                 text, message or b"")
+
+
+def read_grpc_answer(body: memoryview) -> tuple[int, str, bytes | None, bool]:
+    """(code, details, response message or None, uncompressed) of a GRPC_ANSWER frame."""
+    code, uncompressed, size = _GRPC_ANSWER_HEAD.unpack_from(body, 0)
+    start = _GRPC_ANSWER_HEAD.size
+    details = bytes(body[start:start + size]).decode("utf-8")
+    return code, details, (bytes(body[start + size:]) if code == 0 else None), bool(uncompressed)
+
+
+def metadata_of(metadata: Sequence[tuple[str, Any]]) -> list[list[Any]]:
+    """gRPC metadata as a CALL frame carries it (binary values in base64)."""
+    return [[key, base64.b64encode(value).decode(), True] if isinstance(value, bytes)
+            else [key, value, False] for key, value in metadata]
+
+
+def metadata_from(metadata: list[list[Any]]) -> tuple[tuple[str, Any], ...]:
+    """A CALL frame's metadata as grpc's ``invocation_metadata()`` gives it."""
+    return tuple((key, base64.b64decode(value) if binary else value)
+                 for key, value, binary in metadata)
 
 
 def message_frame(exchange: int, data: bytes, uncompressed: bool = False) -> bytes:

@@ -13,9 +13,14 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
+from collections.abc import Callable
+from functools import partial
 from typing import Any
 
+import grpc
+
 from naiad.frontends.bridge import frames
+from naiad.frontends.grpc.calls import CODES
 from naiad.frontends.http.codec import HEADER_LENGTH, error_body
 from naiad.frontends.http.infer import Answer, InferExchange, OnAnswer
 
@@ -59,6 +64,8 @@ class EngineLink:
         self._next = 0
         # Plain inferences waiting for their answer: ticket -> (exchange, what answers it).
         self.plain: dict[int, tuple[InferExchange, OnAnswer]] = {}
+        # gRPC ModelInfer calls waiting for their answer (GRPC_INFER): ticket -> callback.
+        self.grpc: dict[int, Callable[[grpc.StatusCode, str, bytes | None], object]] = {}
 
     async def connect(self) -> None:
         loop = asyncio.get_running_loop()
@@ -74,7 +81,19 @@ class EngineLink:
         self.plain[self._next] = (exchange, on_answer)
         return self._next
 
+    def open_grpc(self, on_answer: Callable[[grpc.StatusCode, str, bytes | None], object]
+                  ) -> int:
+        self._next += 1
+        self.grpc[self._next] = on_answer
+        return self._next
+
     def _frame(self, kind: int, exchange: int, body: memoryview) -> None:
+        if kind == frames.GRPC_ANSWER:
+            on_grpc_answer = self.grpc.pop(exchange, None)
+            if on_grpc_answer is not None:
+                code, details, message, _uncompressed = frames.read_grpc_answer(body)
+                on_grpc_answer(CODES.get(code, grpc.StatusCode.UNKNOWN), details, message)
+            return
         waiting = self.plain.pop(exchange, None)
         if waiting is not None:
             plain, on_answer = waiting
@@ -95,6 +114,9 @@ class EngineLink:
         plain, self.plain = self.plain, {}
         for exchange, on_answer in plain.values():
             on_answer(exchange, Answer(503, _UNAVAILABLE))
+        calls, self.grpc = self.grpc, {}
+        for on_grpc_answer in calls.values():
+            on_grpc_answer(grpc.StatusCode.UNAVAILABLE, "the server is shutting down", None)
 
 
 def _answer_of(kind: int, body: memoryview) -> Answer:
@@ -135,6 +157,33 @@ class ForwardedInfer:
         exchange.disconnected = True
         ticket = exchange.ticket
         if self.link.plain.pop(ticket, None) is not None:
+            self.link.protocol.write(frames.frame(frames.DISCONNECT, ticket))
+
+
+class ForwardedGRPCInfer:
+    """The gRPC ``ModelInfer`` calls of this frontend's gRPC server (naiad's), sent to the
+    engine on the HTTP link as ``GRPC_INFER`` frames and answered from its event loop
+    (``naiad.frontends.grpc.naiad_server.UnaryInfer``)."""
+
+    def __init__(self, link: EngineLink) -> None:
+        self.link = link
+
+    def takes(self) -> bool:
+        return not self.link.lost.is_set()
+
+    def start(self, message: bytes, metadata: Any,
+              on_answer: Callable[[grpc.StatusCode, str, bytes | None], object]
+              ) -> Callable[[], object]:
+        link = self.link
+        ticket = link.open_grpc(on_answer)
+        link.protocol.write(frames.call_frame(ticket, "ModelInfer", False, None,
+                                              frames.metadata_of(metadata), message,
+                                              kind=frames.GRPC_INFER))
+        return partial(self._withdraw, ticket)
+
+    def _withdraw(self, ticket: int) -> None:
+        """The call ended on the client's side (cancelled, past its deadline)."""
+        if self.link.grpc.pop(ticket, None) is not None:
             self.link.protocol.write(frames.frame(frames.DISCONNECT, ticket))
 
 

@@ -22,7 +22,12 @@ import sys
 from typing import Any
 
 from naiad import logs
-from naiad.frontends.bridge.frontend import EngineLink, ForwardedInfer, ForwardingApp
+from naiad.frontends.bridge.frontend import (
+    EngineLink,
+    ForwardedGRPCInfer,
+    ForwardedInfer,
+    ForwardingApp,
+)
 from naiad.frontends.http.limits import HTTPLimits
 from naiad.frontends.http.listener import UvicornListener
 
@@ -49,19 +54,20 @@ async def serve(args: argparse.Namespace) -> int:
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGTERM, stop.set)
     ended: list[asyncio.Future[Any]] = [asyncio.ensure_future(stop.wait())]
-    listener = grpc_server = None
+    listener = grpc_server = link = None
     try:
-        if args.grpc_engine:
-            grpc_server, link = await _start_grpc(args)
-            grpc_lost = asyncio.Event()
-            # Not a thread waiting on link.lost: the loop's executor would wait for it at exit.
-            link.on_lost = lambda: loop.call_soon_threadsafe(grpc_lost.set)
-            if link.lost.is_set():
-                grpc_lost.set()
-            ended.append(asyncio.ensure_future(grpc_lost.wait()))
         if args.engine:
             link = EngineLink(args.engine)
             await link.connect()
+        if args.grpc_engine:
+            grpc_server, grpc_link = await _start_grpc(args, link)
+            grpc_lost = asyncio.Event()
+            # Not a thread waiting on link.lost: the loop's executor would wait for it at exit.
+            grpc_link.on_lost = lambda: loop.call_soon_threadsafe(grpc_lost.set)
+            if grpc_link.lost.is_set():
+                grpc_lost.set()
+            ended.append(asyncio.ensure_future(grpc_lost.wait()))
+        if link is not None:
             plain = None if args.infer_limit is None else ForwardedInfer(link, args.infer_limit)
             listener = UvicornListener(ForwardingApp(link), "", 0,
                                        limits=HTTPLimits(**json.loads(args.limits)),
@@ -85,9 +91,10 @@ async def serve(args: argparse.Namespace) -> int:
     return 0 if stop.is_set() else 1
 
 
-async def _start_grpc(args: argparse.Namespace) -> tuple[Any, Any]:
+async def _start_grpc(args: argparse.Namespace, link: EngineLink | None) -> tuple[Any, Any]:
     """The gRPC server (grpc's or naiad's, as ``--grpc-server`` says), forwarding to the
-    engine, and its link to the engine."""
+    engine, and its link to the engine. With the HTTP ``link`` (HTTP is served too), naiad's
+    server sends ``ModelInfer`` there, for the engine's event loop."""
     from naiad.frontends.bridge.grpc_forwarding import (
         GRPCEngineLink,
         forwarding_handlers,
@@ -99,19 +106,20 @@ async def _start_grpc(args: argparse.Namespace) -> tuple[Any, Any]:
     options = GRPCOptions(**settings["options"])
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     sock.connect(args.grpc_engine)
-    link = GRPCEngineLink(sock)
+    grpc_link = GRPCEngineLink(sock)
     if options.server == "naiad":
         from naiad.frontends.grpc.naiad_server import GRPCService, serve_grpc
 
         # Every frontend process listens on the same port (SO_REUSEPORT).
         options.reuse_port = True
         service = GRPCService(options, asyncio.get_running_loop(),
-                              forwarding_handlers(link, None), settings["max_input_size"])
-        return await serve_grpc(service, settings["address"], settings["port"]), link
+                              forwarding_handlers(grpc_link, None), settings["max_input_size"],
+                              None if link is None else ForwardedGRPCInfer(link))
+        return await serve_grpc(service, settings["address"], settings["port"]), grpc_link
     server, _watch = start_forwarding_server(
-        link, options, settings["address"], settings["port"],
+        grpc_link, options, settings["address"], settings["port"],
         settings["max_input_size"], settings["max_response_size"])
-    return _StoppingGRPCServer(server), link
+    return _StoppingGRPCServer(server), grpc_link
 
 
 class _StoppingGRPCServer:

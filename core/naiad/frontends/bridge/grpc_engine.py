@@ -9,7 +9,6 @@ there, an open ``ModelStreamInfer`` holds its thread while it is open.
 
 from __future__ import annotations
 
-import base64
 import itertools
 import logging
 import os
@@ -34,8 +33,7 @@ _END = object()
 
 def forwarded_context(metadata: list[list[Any]], seconds_left: float | None) -> CallContext:
     """The context of a forwarded call: ``metadata`` as a CALL frame carries it."""
-    return CallContext(tuple((key, base64.b64decode(value) if binary else value)
-                             for key, value, binary in metadata), seconds_left)
+    return CallContext(frames.metadata_from(metadata), seconds_left)
 
 
 class _Call:

@@ -9,7 +9,6 @@ withdrawn in the engine as it is in a single-process server.
 
 from __future__ import annotations
 
-import base64
 import itertools
 import queue
 import threading
@@ -72,8 +71,7 @@ class GRPCEngineLink:
 
 
 def _metadata(context: grpc.ServicerContext) -> list[list[Any]]:
-    return [[key, base64.b64encode(value).decode(), True] if isinstance(value, bytes)
-            else [key, value, False] for key, value in context.invocation_metadata()]
+    return frames.metadata_of(context.invocation_metadata())
 
 
 def _status(body: memoryview) -> tuple[grpc.StatusCode, str]:

@@ -65,6 +65,9 @@ class GRPCForwarding:
     options: GRPCOptions
     max_input_size: int
     max_response_size: int
+    # Answers the ModelInfer calls frontends send on their HTTP link (frames.GRPC_INFER);
+    # None: every call goes through the gRPC bridge.
+    infer: Any = None
 
     def settings(self) -> str:
         """What a frontend needs to listen, as JSON (the restricted APIs and the forwarded
@@ -86,7 +89,8 @@ class FrontendProcesses:
             raise ValueError(f"--frontend-processes must be at least 1 here, got {count}")
         self.count = count
         self.http, self.grpc = http, grpc
-        self.bridge = BridgeServer(None if http is None else http.app)
+        self.bridge = BridgeServer(None if http is None else http.app,
+                                   None if grpc is None else grpc.infer)
         self.grpc_bridge = (None if grpc is None else GRPCBridge(
             grpc.handlers, os.path.join(self.bridge.folder, "grpc.sock")))
         self.processes: list[subprocess.Popen[bytes]] = []

@@ -275,15 +275,24 @@ class GRPCListener:
             self.watch.stop()
 
 
+def make_servicer(server: InferenceServer, options: GRPCOptions) -> InferenceServicer:
+    """``server``'s servicer as ``options`` (the ``--grpc-*`` flags) configure it. Call it
+    on the server's event loop."""
+    return InferenceServicer(server, asyncio.get_running_loop(),
+                             restricted=options.restricted,
+                             header_forward_pattern=options.header_forward_pattern,
+                             streams=stream_settings(options))
+
+
 def servicer_handlers(server: InferenceServer, options: GRPCOptions,
-                      watch: MessageWatch | None = None) -> dict[str, grpc.RpcMethodHandler]:
-    """The method handlers of ``server``'s servicer (:func:`method_handlers`), for a gRPC
-    listener or for the calls frontend processes forward (``naiad.frontends.bridge``, where
-    grpc and the message watch run in the frontends). Call it on the server's event loop."""
-    servicer = InferenceServicer(server, asyncio.get_running_loop(),
-                                 restricted=options.restricted,
-                                 header_forward_pattern=options.header_forward_pattern,
-                                 streams=stream_settings(options))
+                      watch: MessageWatch | None = None,
+                      servicer: InferenceServicer | None = None
+                      ) -> dict[str, grpc.RpcMethodHandler]:
+    """The method handlers of ``server``'s servicer (:func:`method_handlers`; a new one
+    unless given), for a gRPC listener or for the calls frontend processes forward
+    (``naiad.frontends.bridge``, where the gRPC server and the message watch run in the
+    frontends). Call it on the server's event loop."""
+    servicer = servicer or make_servicer(server, options)
     compression = options.infer_response_compression_level != "none"
     return method_handlers(servicer, compression, watch)
 

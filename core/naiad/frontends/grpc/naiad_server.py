@@ -25,32 +25,27 @@ from __future__ import annotations
 import asyncio
 import ssl
 import zlib
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import grpc
-from google.protobuf.message import DecodeError
-from tritonclient.grpc import service_pb2
 
 from naiad.frontends.grpc import http2
 from naiad.frontends.grpc.connection import Call, GRPCConnection
 from naiad.frontends.grpc.listener import (
-    method_handlers,
+    make_servicer,
     pool_threads,
     server_credentials,
-    stream_settings,
+    servicer_handlers,
 )
+from naiad.frontends.grpc.loop_infer import OnAnswer, loop_infer
 from naiad.frontends.grpc.options import GRPCOptions
-from naiad.frontends.grpc.service import InferenceServicer, infer_failure
-from naiad.frontends.grpc.status import bounded_message
-from naiad.frontends.restrictions import grpc_requirements
-from naiad.futures import LoopWaiter
 
 if TYPE_CHECKING:
     from naiad.server import InferenceServer
 
-_INFER_REQUEST = service_pb2.ModelInferRequest
 # The RPCs whose responses --grpc-infer-response-compression-level compresses (Triton's).
 _COMPRESSED = frozenset({"ModelInfer", "ModelStreamInfer"})
 _ZLIB_LEVELS = {"low": 1, "medium": 6, "high": 9}
@@ -72,32 +67,39 @@ def tls_context(options: GRPCOptions) -> ssl.SSLContext:
     return context
 
 
+class UnaryInfer(Protocol):
+    """What answers a plain ``ModelInfer`` without a thread: the engine's
+    :class:`~naiad.frontends.grpc.loop_infer.LoopInfer`, or in a frontend process the
+    engine itself (``naiad.frontends.bridge.frontend.ForwardedGRPCInfer``)."""
+
+    def takes(self) -> bool: ...
+
+    def start(self, message: bytes, metadata: Any, on_answer: OnAnswer
+              ) -> Callable[[], object] | None: ...
+
+
 class GRPCService:
     """What every connection of a server shares: the method handlers, the thread pool, the
-    settings, the connections themselves. With the ``servicer`` (the engine's own server,
-    not a frontend process forwarding calls), ``ModelInfer`` is answered on the loop."""
+    settings, the connections themselves. ``infer`` (when set) answers ``ModelInfer`` calls
+    without a thread while it :meth:`~UnaryInfer.takes` them."""
 
     def __init__(self, options: GRPCOptions, loop: asyncio.AbstractEventLoop,
                  handlers: dict[str, grpc.RpcMethodHandler], max_message: int,
-                 servicer: InferenceServicer | None = None) -> None:
+                 infer: UnaryInfer | None = None) -> None:
         self.options = options
         self.loop = loop
         self.handlers = handlers
-        self.servicer = servicer
+        self.infer = infer
         level = options.infer_response_compression_level
         self.compression = _ZLIB_LEVELS.get(level)
         self.compressed_methods = _COMPRESSED
         self._ranking = ((b"gzip", b"deflate") if level == "low" else (b"deflate", b"gzip"))
-        # ModelInfer skips the handlers unless inference is a restricted API.
-        self.fast_infer = (servicer is not None
-                           and "ModelInfer" not in grpc_requirements(options.restricted))
         self.pool = ThreadPoolExecutor(max_workers=pool_threads(options),
                                        thread_name_prefix="naiad-grpc")
         self.connections: set[GRPCConnection] = set()
         self.max_message = max_message
         self.max_frame_received = http2.DEFAULT_FRAME_SIZE
         self.min_ping_interval_s = options.http2_min_recv_ping_interval_without_data_ms / 1000
-        self.waiter = LoopWaiter(loop)
         self._incomplete: dict[Call, GRPCConnection] = {}
         self._message_sweep: asyncio.TimerHandle | None = None
 
@@ -123,50 +125,22 @@ class GRPCService:
 
     def run_unary(self, connection: GRPCConnection, call: Call, message: bytes) -> None:
         """Answer a unary call whose request ``message`` came in full."""
-        if call.method == "ModelInfer" and self.fast_infer \
-                and self.servicer.server.tracer is None:  # type: ignore[union-attr]
-            self.infer(connection, call, message)
+        infer = self.infer
+        if call.method == "ModelInfer" and infer is not None and infer.takes():
+            call.on_cancel = infer.start(message, call.metadata,
+                                         partial(self._answered, connection, call))
         else:
             self.pool.submit(connection.run_in_thread, call, message)
 
-    def infer(self, connection: GRPCConnection, call: Call, message: bytes) -> None:
-        """``ModelInfer`` on the loop: decoded and submitted now, answered from the
-        future's completion."""
-        try:
-            request = _INFER_REQUEST.FromString(message)
-        except DecodeError as exc:
-            connection.finish(call, grpc.StatusCode.INVALID_ARGUMENT, bounded_message(
-                f"ModelInfer: the request is not a valid {_INFER_REQUEST.DESCRIPTOR.full_name}"
-                f" message ({len(message)} bytes): {exc}"))
-            return
-        try:
-            model, infer_request, to_shm, future = self.servicer.submit_infer(  # type: ignore[union-attr]
-                request, call.metadata)
-        except Exception as exc:
-            connection.finish(call, *self._failure(request.model_name, exc))
-            return
-        call.on_cancel = infer_request.cancellation.cancel  # type: ignore[union-attr]
-        self.waiter.when_done(future, partial(self._answer, connection, call, model,
-                                              infer_request, to_shm))
-
-    def _answer(self, connection: GRPCConnection, call: Call, model: Any, request: Any,
-                to_shm: Any, future: Any) -> None:
+    @staticmethod
+    def _answered(connection: GRPCConnection, call: Call, code: grpc.StatusCode,
+                  details: str, payload: bytes | None) -> None:
         if call.closed:
             return  # cancelled, or past its deadline: answered already
         call.on_cancel = None
-        try:
-            payload = self.servicer.encode_infer(  # type: ignore[union-attr]
-                model, request, to_shm, future.result())
-        except Exception as exc:
-            connection.finish(call, *self._failure(request.model_name, exc))
-            return
-        connection.send_message(call, payload)
-        connection.finish(call, grpc.StatusCode.OK, "")
-
-    @staticmethod
-    def _failure(model_name: str, exc: BaseException) -> tuple[grpc.StatusCode, str]:
-        code, message = infer_failure(model_name, exc)
-        return code, bounded_message(message)
+        if payload is not None:
+            connection.send_message(call, payload)
+        connection.finish(call, code, details)
 
     # --- timeouts -----------------------------------------------------------------------
 
@@ -291,12 +265,9 @@ async def start_naiad_grpc_server(server: InferenceServer, address: str, port: i
                                   options: GRPCOptions) -> NaiadGRPCListener:
     """Serve ``server`` over gRPC on ``address:port`` with naiad's own HTTP/2 server."""
     loop = asyncio.get_running_loop()
-    servicer = InferenceServicer(server, loop, restricted=options.restricted,
-                                 header_forward_pattern=options.header_forward_pattern,
-                                 streams=stream_settings(options))
-    compression = options.infer_response_compression_level != "none"
-    service = GRPCService(options, loop, method_handlers(servicer, compression),
-                          server.options.max_input_size, servicer)
+    servicer = make_servicer(server, options)
+    service = GRPCService(options, loop, servicer_handlers(server, options, servicer=servicer),
+                          server.options.max_input_size, loop_infer(servicer, options))
     return await serve_grpc(service, address, port)
 
 
