@@ -102,20 +102,56 @@ def _multi_file(repo: Path) -> None:
     edit_config(folder, name="multi_file")
 
 
+#: naiad's request for the shm_default_byte_size check: fp32 elements (128 KiB), above the
+#: Python backend's shm-inline-max-byte-size (64 KiB), so the batch goes through a region
+REGION_REQUEST_ELEMENTS = 32 * 1024
+
+
 def _shm_region_size(size: int) -> Callable[..., None]:
-    """test.sh: every ``/dev/shm/triton_python_backend_shm*`` region has the default size; a
-    check on Triton's region naming (naiad's workers name their regions otherwise)."""
+    """test.sh: every ``/dev/shm/triton_python_backend_shm*`` region has the default size.
+
+    On Triton, test.sh's own check (and at least one region must be there: a check that
+    measured nothing would pass on any server). naiad's workers unlink their regions' files
+    at once and make a region at the first batch that needs one (regions.py), so on naiad
+    one 128 KiB request goes to identity_fp32 first and the regions its server and worker
+    map are measured; each must be ``size`` bytes."""
     from harness import Case
+    from regions import region_sizes
 
     def step(run) -> None:  # type: ignore[no-untyped-def]
-        import os
-
-        pages = [p for p in os.listdir("/dev/shm") if p.startswith("triton_python_backend_shm")]
-        wrong = [p for p in pages if os.path.getsize(f"/dev/shm/{p}") != size]
-        run.cases.append(Case("shm-default-byte-size regions",
-                              "passed" if pages and not wrong else "failed", f"{pages} {wrong}"))
+        if run.server == "triton":
+            pages = [p for p in os.listdir("/dev/shm")
+                     if p.startswith("triton_python_backend_shm")]
+            sizes = [os.path.getsize(f"/dev/shm/{p}") for p in pages]
+            name = "shm-default-byte-size regions"
+        else:
+            _infer_identity_fp32(REGION_REQUEST_ELEMENTS)
+            sizes = region_sizes(run.process.pid, "naiad-")
+            name = ("shm-default-byte-size regions (naiad: the regions mapped after a "
+                    "128 KiB request)")
+        wrong = [s for s in sizes if s != size]
+        run.cases.append(Case(name, "passed" if sizes and not wrong else "failed",
+                              f"expected {size} bytes each, found {sizes}"))
 
     return step
+
+
+def _infer_identity_fp32(elements: int) -> None:
+    import http.client
+    import json
+
+    from harness import HTTP_PORT
+
+    body = json.dumps({"inputs": [{"name": "INPUT0", "datatype": "FP32",
+                                   "shape": [1, elements], "data": [0.5] * elements}]})
+    conn = http.client.HTTPConnection("127.0.0.1", HTTP_PORT, timeout=60)
+    conn.request("POST", "/v2/models/identity_fp32/infer", body,
+                 {"Content-Type": "application/json"})
+    res = conn.getresponse()
+    text = res.read()
+    conn.close()
+    if res.status != 200:
+        raise RuntimeError(f"identity_fp32 answered {res.status}: {text[:500]!r}")
 
 
 def main() -> list[Phase]:

@@ -7,7 +7,7 @@ module asserts that every row passed or was skipped with a reason that holds for
 and writes the per-subtest table (``NAIAD_L0_TABLE=path`` to keep it). The default run holds
 a fast, representative subset; every subtest runs with ``-m long``.
 
-Rows that fail on naiad for a reason this task could not fix are listed in ``KNOWN`` with the
+Rows that fail on naiad for a deliberate difference are listed in ``KNOWN`` with the
 reason; the subtest is reported as xfail naming them (any other failure fails it), and once
 they are fixed it simply passes.
 """
@@ -37,19 +37,18 @@ LONG = ("model_control", "python_test", "lifecycle", "restart", "decoupled", "bl
         "variants", "env", "examples", "request_rescheduling", "python_based_backends")
 
 #: (subtest, part of a row's name) -> why it fails on naiad (docs/compatibility.md, "Triton's
-#: L0_backend_python"); each needs a change outside this harness's reach, named here
+#: L0_backend_python"): a deliberate difference, named here
 KNOWN: dict[tuple[str, str], str] = {
     ("python_test", "PythonTest::test_bf16"): (
         "a deliberate difference: as_numpy() of a BF16 tensor gives an ml_dtypes.bfloat16 "
         "array in naiad (docs/python-models.md), where Triton raises; Triton's identity_bf16 "
         "model asserts that it raises (to_dlpack/from_dlpack, which it uses, work)"),
-    ("python_test", "shm_default_byte_size: shm-default-byte-size regions"): (
-        "test.sh lists /dev/shm/triton_python_backend_shm* (Triton's stub regions, of "
-        "shm-default-byte-size bytes); naiad's workers name their regions otherwise and "
-        "unlink them once mapped, so there is nothing by that name to measure"),
-    ("restart", "server starts"): (
-        "restart's model imports c_python_backend_utils (Triton's C++ stub module) for "
-        "shared_memory.free_memory(); naiad's worker has no such module"),
+    ("restart", "RestartTest::test_restart"): (
+        "a deliberate difference: naiad restarts a killed worker by itself "
+        "(docs/compatibility.md), so the first request after kill -9 is answered where the "
+        "test asserts that it fails (Triton 2.51 fails it, and here every later one too); "
+        "that answered request ran the model's check that "
+        "c_python_backend_utils.shared_memory.free_memory() is the same after the restart"),
 }
 
 
