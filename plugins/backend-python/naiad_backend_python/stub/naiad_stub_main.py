@@ -48,6 +48,7 @@ from typing import Any, Dict, List, Optional, Set, Tuple
 
 import naiad_stub_calls as calls
 import naiad_stub_runner as runner
+import naiad_stub_shared_memory as shared_memory
 import naiad_stub_wire as wire
 import numpy as np
 import triton_python_backend_utils as pb_utils
@@ -154,6 +155,9 @@ class Worker:
         self.connection = connection
         self.model: runner.ModelRunner | None = None
         self.region: wire.Region | None = None
+        # c_python_backend_utils.shared_memory.free_memory() reads this region's size
+        shared_memory.shared_memory._watch(
+            lambda: self.region.size if self.region is not None else 0)
         self.link: calls.ServerLink | None = None
         # Jobs (header, payload, region) the helper read while the model ran one, in
         # arrival order; _STOP when the server went away.
@@ -457,8 +461,13 @@ class Worker:
                 kept.extend(weakref.ref(owner) for owner in
                             (_region_array(tensor.data, region) for request in requests
                              for tensor in request.inputs.values()) if owner is not None)
-            results = self.model.execute(requests)
             out = header.get("out")  # None: a batch that travels inside its messages
+            memory = shared_memory.shared_memory
+            memory._running((out or 0) if region is not None else 0)  # its inputs end at out
+            try:
+                results = self.model.execute(requests)
+            finally:
+                memory._running(0)
             packer = wire.Packer(region if out is not None else None, out or 0)
             deferred = runner.DEFERRED
             # None: a response the model sends after execute returned (a "response" message)
