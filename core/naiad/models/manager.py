@@ -429,7 +429,12 @@ class ModelManager:
 
         ``unload_dependents`` (the repository API's parameter): ``name`` is an ensemble whose
         composing models, and theirs, go too (Triton's "dependents" are the models an
-        ensemble depends on)."""
+        ensemble depends on).
+
+        An unload that arrives while ``name`` loads waits for that load and then unloads
+        what it loaded, as Triton does (issue 32: it was answered at once and lost)."""
+        async with self._locks.hold(name):
+            pass  # the load in progress, if any, is done
         composing = composing_models(self.models, name) if unload_dependents else []
         for dependents in self._unloaded_with.values():
             dependents.discard(name)  # unloaded on purpose: no composing model brings it back

@@ -162,6 +162,10 @@ class PythonBackend(Backend):
             log.warning("model '%s' runs in-process: --backend-config python,"
                         "execute-timeout-seconds does not apply to it (a server thread cannot "
                         "be stopped)", config.name)
+        if self.settings.initialize_timeout_seconds:
+            log.warning("model '%s' runs in-process: --backend-config python,"
+                        "initialize-timeout-seconds does not apply to it (a server thread "
+                        "cannot be stopped)", config.name)
 
     def _launch(self, model_name: str, model_dir: Path, config: ModelConfig) -> Launch:
         """The interpreter and environment a worker of this model starts with."""

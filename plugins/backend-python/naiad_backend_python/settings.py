@@ -28,6 +28,9 @@
                                                     restarted; a model's
                                                     ``EXECUTE_TIMEOUT_SECONDS`` parameter
                                                     overrides it (Triton has none: off)
+``initialize-timeout-seconds``         0 (none)     a worker whose ``initialize`` (and start)
+                                                    takes longer is killed and the load fails
+                                                    naming this setting (Triton has none: off)
 ``env-cache-dir``                      see below    unpacked and built environments
                                                     (``environment.default_cache_dir()``)
 ``pip-timeout-seconds``                600          the longest a requirements.txt build runs
@@ -68,6 +71,7 @@ class PythonBackendSettings:
     worker_restart_delay_max_seconds: float = 30.0
     worker_restart_stable_seconds: float = 60.0
     execute_timeout_seconds: float = 0.0
+    initialize_timeout_seconds: float = 0.0
     env_cache_dir: str = ""
     pip_timeout_seconds: float = 600.0
     env_max_unpacked_bytes: int = 16 * 1024 * MIB

@@ -33,6 +33,7 @@ from naiad.types import (
 )
 from naiad_backend_python.isolated.calls import Handler
 from naiad_backend_python.isolated.channel import Done, WorkerDied
+from naiad_backend_python.isolated.initialize_deadline import InitializeDeadline
 from naiad_backend_python.isolated.process import (
     Launch,
     WorkerProcess,
@@ -168,6 +169,7 @@ class IsolatedInstance(ModelInstance):
         """A new worker with the model initialized in it."""
         worker = WorkerProcess(self.launch, self.model_name, self.instance_name, self.regions)
         worker.channel.serve_calls(self.server, self.handlers)
+        deadline = InitializeDeadline(worker, self.settings.initialize_timeout_seconds)
         try:
             reply = worker.channel.call({**self.init_message, "protocol": wire.PROTOCOL_VERSION,
                                          "log_level": min(logging.INFO,
@@ -176,6 +178,9 @@ class IsolatedInstance(ModelInstance):
                                          "inline_max": self.regions.inline_max})
         except WorkerDied:
             worker.reap()
+            if deadline.passed():
+                raise unavailable(deadline.message(self.model_name, self.instance_name)
+                                  ) from None
             raise unavailable(ended_message(
                 self.model_name, self.instance_name, worker.pid, worker.process.returncode,
                 f"while starting (interpreter {self.launch.python}, "
@@ -184,6 +189,11 @@ class IsolatedInstance(ModelInstance):
             worker.kill()
             worker.reap()
             raise
+        finally:
+            deadline.cancel()
+        if deadline.passed():  # it answered as the timer fired: killed all the same
+            worker.reap()
+            raise unavailable(deadline.message(self.model_name, self.instance_name))
         if reply.get("op") != "ready":
             worker.kill()
             worker.reap()
