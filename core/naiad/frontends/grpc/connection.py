@@ -52,6 +52,8 @@ _STREAMING = frozenset({"ModelStreamInfer"})
 _RESERVED = frozenset({b"te", b"content-type", b"grpc-timeout", b"grpc-encoding",
                        b"grpc-accept-encoding", b"grpc-message-type"})
 _END = object()  # the end of a stream's messages
+# Frame types whose payload has one size (RFC 9113 section 6).
+_FIXED_SIZES = {http2.RST_STREAM: 4, http2.PING: 8, http2.WINDOW_UPDATE: 4, http2.PRIORITY: 5}
 _WBITS = {b"gzip": 31, b"deflate": 15}
 
 
@@ -235,11 +237,11 @@ class GRPCConnection(asyncio.Protocol):
             while size - position >= 9 and not self.closing:
                 high, low, kind, flags, stream = unpack(buffer, position)
                 length = (high << 8) | low
+                if length > self.service.max_frame_received:
+                    raise _ConnectionError(http2.FRAME_SIZE_ERROR,
+                                           f"a frame of {length} bytes")
                 end = position + 9 + length
                 if end > size:
-                    if length > self.service.max_frame_received:
-                        self.close(http2.FRAME_SIZE_ERROR)
-                        return
                     break
                 payload = buffer[position + 9:end]
                 position = end
@@ -247,11 +249,19 @@ class GRPCConnection(asyncio.Protocol):
         except _ConnectionError as exc:
             self.close(exc.code, str(exc).encode())
             return
+        except Exception as exc:  # naiad's bug: this connection ends, the server serves on
+            log.exception("gRPC connection: a frame failed")
+            self.close(http2.INTERNAL_ERROR, f"{type(exc).__name__}".encode())
+            return
         self.buffer = buffer[position:] if position < size else b""
 
     def on_frame(self, kind: int, flags: int, stream: int, payload: bytes) -> None:
         if self.headers_block is not None and kind != http2.CONTINUATION:
             raise _ConnectionError(http2.PROTOCOL_ERROR, "a header block was interrupted")
+        expected = _FIXED_SIZES.get(kind)
+        if expected is not None and len(payload) != expected:
+            raise _ConnectionError(http2.FRAME_SIZE_ERROR,
+                                   f"a frame of type {kind} takes {expected} bytes")
         if kind == http2.DATA:
             self.ping_strikes, self.last_ping = 0, 0.0  # pings next to data are not abuse
             self.on_data(flags, stream, payload)
@@ -360,8 +370,10 @@ class GRPCConnection(asyncio.Protocol):
             if flags & http2.END_STREAM:
                 self.on_end(call)
             return
-        if stream % 2 == 0 or stream <= self.last_stream:
+        if stream % 2 == 0:
             raise _ConnectionError(http2.PROTOCOL_ERROR, f"stream {stream} cannot open")
+        if stream <= self.last_stream:
+            return  # a late header block on a call naiad ended: nothing to do
         self.last_stream = stream
         if self.going_away:
             self.write(http2.rst_stream(stream, http2.REFUSED_STREAM))

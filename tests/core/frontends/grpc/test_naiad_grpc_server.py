@@ -161,18 +161,25 @@ def test_an_oversized_message_is_refused_as_soon_as_it_is_announced(server) -> N
         client.close()
 
 
-@pytest.mark.parametrize("opening", [
-    b"GET / HTTP/1.1\r\nHost: x\r\n\r\n",  # not HTTP/2
-    http2.PREFACE + http2.settings_frame({}) + http2.frame(http2.PUSH_PROMISE, 0, 1, b"\0" * 4),
-    http2.PREFACE + http2.settings_frame({}) + http2.frame(http2.HEADERS, http2.END_HEADERS, 2,
-                                                            request_headers()),
-])
-def test_a_protocol_error_ends_that_connection_only(server, opening: bytes) -> None:
+OPENED = http2.PREFACE + http2.settings_frame({})
+
+
+@pytest.mark.parametrize(("opening", "code"), [
+    (b"GET / HTTP/1.1\r\nHost: x\r\n\r\n", http2.PROTOCOL_ERROR),  # not HTTP/2
+    (OPENED + http2.frame(http2.PUSH_PROMISE, 0, 1, b"\0" * 4), http2.PROTOCOL_ERROR),
+    (OPENED + http2.frame(http2.HEADERS, http2.END_HEADERS, 2, request_headers()),
+     http2.PROTOCOL_ERROR),  # a client opens odd streams only
+    (OPENED + http2.frame(http2.WINDOW_UPDATE, 0, 0, b"\0\0\1"), http2.FRAME_SIZE_ERROR),
+    (OPENED + http2.frame(http2.PING, 0, 0, b"\0" * 7), http2.FRAME_SIZE_ERROR),
+    (OPENED + http2.frame(http2.DATA, 0, 1, b"\0" * 20_000), http2.FRAME_SIZE_ERROR),
+], ids=["http1", "push", "even-stream", "short-window-update", "short-ping", "oversized"])
+def test_a_protocol_error_ends_that_connection_only(server, opening: bytes,
+                                                    code: int) -> None:
     client = RawClient(server.grpc_port)
     try:
         client.send(opening)
         found = client.read_until(lambda found: bool(goaways(found)))
-        assert goaways(found)[0][0] == http2.PROTOCOL_ERROR
+        assert goaways(found)[0][0] == code
     finally:
         client.close()
     with grpcclient.InferenceServerClient(server.grpc_url) as other:
