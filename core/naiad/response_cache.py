@@ -10,8 +10,10 @@ inserted after it ran. Statistics count as Triton counts them: a hit is a succes
 queue entry) with its lookup time as ``cache_hit``, but no inference and no execution; a
 miss adds its lookup and insert time to ``cache_miss``.
 
-The key is a digest of the model name, version, every input's name, datatype, shape and
-bytes, the outputs the request asks for, and the request parameters a model can read
+The key is a digest of the model name, version, the version's generation (a digest of its
+configuration and of its files' paths, sizes and modification times, taken at load:
+:mod:`naiad.models.cache_generation`), every input's name, datatype, shape and bytes, the
+outputs the request asks for, and the request parameters a model can read
 (:data:`SERVING_PARAMETERS` steer the serving only, and are left out). A request that names
 every output of the model asks for what one that names none asks for: the two share a key,
 as in Triton. Triton leaves the requested outputs (and the parameters) out of its key
@@ -53,12 +55,16 @@ _DIGEST_BYTES = 32
 
 
 def request_key(request: InferenceRequest, version: int,
-                model_outputs: frozenset[str] = frozenset()) -> bytes:
+                model_outputs: frozenset[str] = frozenset(), generation: bytes = b"") -> bytes:
     """The cache key of ``request`` to version ``version`` of its model, whose
-    configuration lists ``model_outputs`` (naming all of them is naming none)."""
+    configuration lists ``model_outputs`` (naming all of them is naming none).
+    ``generation``: what the version was loaded from (its configuration and files, see
+    :mod:`naiad.models.cache_generation`), so that a reload with new code or weights never
+    answers from the entries of the old ones."""
     digest = hashlib.blake2b(digest_size=_DIGEST_BYTES)
     update = digest.update
     update(f"{request.model_name}\0{version}\0".encode())
+    update(generation)
     for name in sorted(request.inputs):
         tensor = request.inputs[name]
         update(f"{name}\0{tensor.datatype}\0{tensor.shape}\0".encode())
@@ -137,11 +143,12 @@ class ServerCache:
                             if cache.blocking else None)
 
     def wrap(self, scheduler: Scheduler, version: int, stats: ModelStats,
-             outputs: frozenset[str] = frozenset()) -> Scheduler:
+             outputs: frozenset[str] = frozenset(), generation: bytes = b"") -> Scheduler:
         """``scheduler`` of a model version with ``response_cache { enable: true }`` (and
-        the output names of its configuration), behind the cache."""
+        the output names of its configuration, and the generation it was loaded from),
+        behind the cache."""
         return CachedScheduler(scheduler, self.cache, version, stats, self._io_threads,
-                               outputs)
+                               outputs, generation)
 
     def close(self) -> None:
         """At shutdown, once no request runs: finish pending inserts, then close the cache."""
@@ -164,9 +171,10 @@ class CachedScheduler(Scheduler):
 
     def __init__(self, inner: Scheduler, cache: ResponseCache, version: int,
                  stats: ModelStats, io_threads: ThreadPoolExecutor | None,
-                 outputs: frozenset[str] = frozenset()) -> None:
+                 outputs: frozenset[str] = frozenset(), generation: bytes = b"") -> None:
         self.inner = inner
         self.outputs = outputs
+        self.generation = generation
         self.cache = cache
         self.version = version
         self.stats = stats
@@ -175,7 +183,7 @@ class CachedScheduler(Scheduler):
 
     def submit(self, request: InferenceRequest) -> Future[InferenceResponse]:
         start = time.perf_counter_ns()
-        key = request_key(request, self.version, self.outputs)
+        key = request_key(request, self.version, self.outputs, self.generation)
         if self.io_threads is None:
             hit = self._lookup(request, key, start)
             if hit is not None:

@@ -23,6 +23,7 @@ from naiad.metrics.custom_metrics import CustomMetrics
 from naiad.metrics.histogram import Histogram
 from naiad.metrics.latency_histograms import distributions_for
 from naiad.metrics.stats import ModelStats
+from naiad.models.cache_generation import version_generation
 from naiad.models.configure import BackendConfigureError
 from naiad.models.ensemble_links import composing_models, ensembles_calling
 from naiad.models.instances import expand_instance_groups
@@ -532,6 +533,9 @@ class ModelManager:
                             config_json: dict) -> ModelVersion:
         stats = ModelStats(name, version, distributions=distributions_for(
             self.options.metrics, response_cache=config.response_cache.enable))
+        # what the version loads from, for its cache keys (taken before its files are read)
+        generation = await asyncio.to_thread(version_generation, path, version, config_json
+                                             ) if config.response_cache.enable else b""
         metrics = self.custom_metrics.for_model(name, version)
         if config.platform == ENSEMBLE:
             workers = []  # an ensemble's steps run on their own models' instances
@@ -570,7 +574,8 @@ class ModelManager:
                                        Status.INTERNAL) from exc
         if config.response_cache.enable:
             scheduler = self._behind_cache(name, version, scheduler, stats,
-                                           frozenset(output.name for output in config.output))
+                                           frozenset(output.name for output in config.output),
+                                           generation)
         decoupled = config.model_transaction_policy.decoupled
         return ModelVersion(name, version, config, ModelSignature(name, config), scheduler,
                             context, stats, config_json, decoupled=decoupled,
@@ -579,7 +584,8 @@ class ModelManager:
                             metrics=metrics)
 
     def _behind_cache(self, name: str, version: int, scheduler: Scheduler,
-                      stats: ModelStats, outputs: frozenset[str]) -> Scheduler:
+                      stats: ModelStats, outputs: frozenset[str],
+                      generation: bytes) -> Scheduler:
         """A version with ``response_cache { enable: true }``: its scheduler behind the
         server's cache. Without one Triton serves the model uncached and says nothing;
         naiad says so once per load."""
@@ -588,4 +594,4 @@ class ModelManager:
                         "no response cache (--cache-config): every request runs the model",
                         name, version)
             return scheduler
-        return self.response_cache.wrap(scheduler, version, stats, outputs)
+        return self.response_cache.wrap(scheduler, version, stats, outputs, generation)
