@@ -172,7 +172,9 @@ class PythonBackend(Backend):
         environment = worker_environment(model_name, model_dir, config, EnvironmentSettings(
             cache_dir=self.settings.cache_dir(),
             pip_timeout_s=self.settings.pip_timeout_seconds,
-            max_unpacked_bytes=self.settings.env_max_unpacked_bytes))
+            max_unpacked_bytes=self.settings.env_max_unpacked_bytes,
+            allow_requirements=self.settings.allow_requirements_txt,
+            allow_execution_env=self.settings.allow_execution_env_path))
         return Launch(environment.python, dict(environment.variables),
                       environment.description, UNSET_VARIABLES)
 

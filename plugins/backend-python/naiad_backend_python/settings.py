@@ -36,6 +36,11 @@
 ``pip-timeout-seconds``                600          the longest a requirements.txt build runs
 ``env-max-unpacked-bytes``             16 GiB       an EXECUTION_ENV_PATH tarball whose files
                                                     hold more unpacked is refused
+``allow-requirements-txt``             true         false: a model with a requirements.txt
+                                                    fails its load naming this setting instead
+                                                    of being built (pip runs a build's code)
+``allow-execution-env-path``           true         false: a model with EXECUTION_ENV_PATH
+                                                    fails its load naming this setting
 =====================================  ===========  ===========================================
 """
 
@@ -75,6 +80,8 @@ class PythonBackendSettings:
     env_cache_dir: str = ""
     pip_timeout_seconds: float = 600.0
     env_max_unpacked_bytes: int = 16 * 1024 * MIB
+    allow_requirements_txt: bool = True
+    allow_execution_env_path: bool = True
 
     @classmethod
     def parse(cls, backend_config: dict[str, str]) -> PythonBackendSettings:
@@ -86,6 +93,9 @@ class PythonBackendSettings:
             if key not in backend_config:
                 continue
             text = backend_config[key]
+            if field.type == "bool":
+                values[field.name] = _switch(key, text)
+                continue
             try:
                 if field.type == "int":
                     value: object = int(text)
@@ -136,3 +146,14 @@ class PythonBackendSettings:
 
     def cache_dir(self) -> Path:
         return Path(self.env_cache_dir) if self.env_cache_dir else default_cache_dir()
+
+
+_TRUE, _FALSE = ("true", "1", "yes", "on"), ("false", "0", "no", "off")
+
+
+def _switch(key: str, text: str) -> bool:
+    """A boolean setting's value; INVALID_ARG naming the key for anything else."""
+    word = text.strip().lower()
+    if word in _TRUE or word in _FALSE:
+        return word in _TRUE
+    raise invalid_arg(f"--backend-config python,{key}={text}: expected true or false")

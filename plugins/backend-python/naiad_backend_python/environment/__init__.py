@@ -13,6 +13,12 @@ instance's worker process. The answer, in this order:
    interpreter and the platform; every later start reuses it.
 3. Otherwise the server's own interpreter.
 
+Either of the first two can be turned off (``--backend-config
+python,allow-execution-env-path=false`` / ``allow-requirements-txt=false``): both run code
+a model's folder brings (an environment's ``bin/python``, a source distribution's build), so
+a server whose load API is exposed may refuse them; a model that needs one then fails its
+load naming the setting.
+
 The cache is shared by the threads that load models and by server processes on one machine.
 Each entry is built under an exclusive ``flock`` on ``<entry>.lock``, and it counts as finished
 only once ``<entry>.ready`` has been renamed into place after the last step. An entry without
@@ -35,6 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from naiad.errors import unavailable
 from naiad_backend_python.environment.archives import (
     DEFAULT_MAX_UNPACKED_BYTES,
     EXECUTION_ENV_PATH,
@@ -49,7 +56,8 @@ from naiad_backend_python.environment.requirements import REQUIREMENTS_FILE, req
 if TYPE_CHECKING:
     from tritonclient.grpc.model_config_pb2 import ModelConfig
 
-__all__ = ["EXECUTION_ENV_PATH", "MODEL_DIRECTORY_KEYWORD", "REQUIREMENTS_FILE", "UNSET_VARIABLES",
+__all__ = ["EXECUTION_ENV_PATH", "EXECUTION_ENV_SWITCH", "MODEL_DIRECTORY_KEYWORD",
+           "REQUIREMENTS_FILE", "REQUIREMENTS_SWITCH", "UNSET_VARIABLES",
            "EnvironmentSettings", "WorkerEnvironment", "default_cache_dir", "worker_environment"]
 
 log = logging.getLogger("naiad.backend.python")
@@ -66,6 +74,15 @@ class EnvironmentSettings:
     pip_timeout_s: float = 600.0
     #: An EXECUTION_ENV_PATH tarball whose files hold more bytes unpacked is refused.
     max_unpacked_bytes: int = DEFAULT_MAX_UNPACKED_BYTES
+    #: False: a model with a requirements.txt is refused instead of built (pip runs code).
+    allow_requirements: bool = True
+    #: False: a model with EXECUTION_ENV_PATH is refused instead of started in it.
+    allow_execution_env: bool = True
+
+
+#: The settings that turn environments off, as a user writes them.
+REQUIREMENTS_SWITCH = "--backend-config python,allow-requirements-txt=false"
+EXECUTION_ENV_SWITCH = "--backend-config python,allow-execution-env-path=false"
 
 
 def worker_environment(model_name: str, model_dir: Path, config: ModelConfig,
@@ -82,12 +99,21 @@ def worker_environment(model_name: str, model_dir: Path, config: ModelConfig,
     if EXECUTION_ENV_PATH in config.parameters:  # indexing a protobuf map would add the key
         value = config.parameters[EXECUTION_ENV_PATH].string_value
     if value:
+        if not settings.allow_execution_env:
+            raise unavailable(f"model '{model_name}' sets {EXECUTION_ENV_PATH}, and this server "
+                              f"runs no model in an environment of its own "
+                              f"({EXECUTION_ENV_SWITCH}): remove the parameter to run it with "
+                              f"the server's interpreter")
         if os.path.lexists(requirements):
             log.warning("model '%s': %s is ignored because %s is set", model_name,
                         requirements, EXECUTION_ENV_PATH)
         return execution_env(model_name, model_dir, value, cache_dir,
                              settings.max_unpacked_bytes)
     if os.path.lexists(requirements):
+        if not settings.allow_requirements:
+            raise unavailable(f"model '{model_name}' has a {REQUIREMENTS_FILE}, and this server "
+                              f"builds none ({REQUIREMENTS_SWITCH}): remove the file to run it "
+                              f"with the server's interpreter and its packages")
         return requirements_env(model_name, model_dir, requirements, cache_dir,
                                  settings.pip_timeout_s)
     return WorkerEnvironment(sys.executable, {}, f"the server's interpreter {sys.executable}")
