@@ -124,10 +124,9 @@ def test_pytriton_and_naiad_pytriton_agree() -> None:
     if not PYTRITON_PYTHON.exists():
         pytest.skip(f"the real PyTriton 0.7 is not installed at {PYTRITON_PYTHON} "
                     "(scripts/test installs it)")
-    # PyTriton's tensor store starts a multiprocessing manager inside its Python stub, whose
-    # libpython 3.11 does not match this machine's 3.11 standard library; its base64
-    # transport (PyTriton's PYTRITON_NO_TENSORSTORE) avoids it.
-    triton = Served(PYTRITON_PYTHON, "pytriton", {"PYTRITON_NO_TENSORSTORE": "1"})
+    # PyTriton with its default transport (the shared-memory tensor store): the server puts
+    # its interpreter's libpython first for the stub (differential_server.py).
+    triton = Served(PYTRITON_PYTHON, "pytriton", {})
     naiad = Served(sys.executable, "naiad.pytriton", {})
     try:
         triton.wait_ready()
