@@ -12,10 +12,7 @@ call and :data:`CONNECTION_WINDOW` on the connection before naiad gives more; a 
 bytes are bounded by the message limit (``--http-max-input-size``) instead, so its window is
 given back as its data arrives, while a stream's is given back only as its handler takes
 each message: a client streaming faster than its requests are served is slowed down, not
-buffered. What naiad sends waits for the client's windows.
-
-The module is one state machine (the windows, the calls and the header table of one
-connection) and is kept whole rather than split into parts that would each need the others.
+buffered. What naiad sends waits for the client's windows (:mod:`.sending`).
 """
 
 from __future__ import annotations
@@ -26,7 +23,6 @@ import logging
 import queue
 import threading
 import zlib
-from collections import deque
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol
@@ -34,8 +30,10 @@ from typing import Any, Protocol
 import grpc
 
 from naiad.frontends.grpc import http2
+from naiad.frontends.grpc.call import Call
 from naiad.frontends.grpc.calls import CallContext, run_call
 from naiad.frontends.grpc.options import GRPCOptions
+from naiad.frontends.grpc.sending import Sender
 from naiad.frontends.grpc.status import bounded_message
 
 log = logging.getLogger("naiad.grpc")
@@ -43,8 +41,6 @@ log = logging.getLogger("naiad.grpc")
 #: What a client may send on one call, and on the connection, before naiad gives more.
 STREAM_WINDOW = 4 * 1024 * 1024
 CONNECTION_WINDOW = 16 * 1024 * 1024
-#: A stream's handler thread waits while this much of its output waits for the client.
-STREAM_SEND_BUFFER = 1024 * 1024
 _SERVICE_PREFIX = "/inference.GRPCInferenceService/"
 _STREAMING = frozenset({"ModelStreamInfer"})
 # Headers that are gRPC's own, not the call's metadata (grpc's invocation_metadata()
@@ -55,37 +51,6 @@ _END = object()  # the end of a stream's messages
 # Frame types whose payload has one size (RFC 9113 section 6).
 _FIXED_SIZES = {http2.RST_STREAM: 4, http2.PING: 8, http2.WINDOW_UPDATE: 4, http2.PRIORITY: 5}
 _WBITS = {b"gzip": 31, b"deflate": 15}
-
-
-class Call:
-    """One call (an HTTP/2 stream) from its headers to its status."""
-
-    __slots__ = ("accept", "closed", "compressed", "context", "data", "deadline", "ended",
-                 "headers_sent", "id", "messages", "metadata", "method", "on_cancel",
-                 "pending", "send_window", "started", "unread", "writable")
-
-    def __init__(self, stream_id: int, method: str, metadata: tuple, send_window: int
-                 ) -> None:
-        self.id = stream_id
-        self.method = method
-        self.metadata = metadata
-        self.data = bytearray()  # received, not yet taken as messages
-        self.ended = False  # the client sent END_STREAM
-        self.closed = False  # naiad sent the status, or the call was cancelled
-        self.headers_sent = False
-        self.send_window = send_window
-        self.pending: deque[tuple[bytes, int]] = deque()  # (payload, flags) held by flow control
-        self.compressed: bytes | None = None  # the request's grpc-encoding
-        self.accept = b""  # the client's grpc-accept-encoding
-        self.context: CallContext | None = None  # for calls run in the handlers
-        self.messages: queue.SimpleQueue[Any] | None = None  # a stream's, for its handler
-        # A stream's bytes queued for its handler, not yet taken; a unary call's received
-        # and not yet given back as window.
-        self.unread = 0
-        self.writable: threading.Event | None = None  # a stream's: set while it may send
-        self.on_cancel: Any = None  # a fast-path call's cancellation
-        self.deadline: asyncio.TimerHandle | None = None
-        self.started = 0.0
 
 
 class Service(Protocol):
@@ -127,14 +92,8 @@ class GRPCConnection(asyncio.Protocol):
         self.last_stream = 0
         self.decoder = http2.HeaderDecoder(service.options.max_header_size)
         self.headers_block: tuple[int, int, bytearray] | None = None  # stream, flags, block
-        self.send_window = http2.DEFAULT_WINDOW
-        self.initial_window = http2.DEFAULT_WINDOW
-        self.max_frame = http2.DEFAULT_FRAME_SIZE
-        self.table_size: int | None = None  # a lowered SETTINGS_HEADER_TABLE_SIZE, to say
+        self.sender = Sender(self.loop)
         self.received = 0  # connection bytes not yet given back
-        self.out: list[bytes] = []
-        self.flush_scheduled = False
-        self.paused = False
         self.going_away = False
         self.closing = False
         self.timers: list[asyncio.TimerHandle] = []
@@ -146,7 +105,7 @@ class GRPCConnection(asyncio.Protocol):
     # --- the transport ------------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
+        self.transport = self.sender.transport = transport  # type: ignore[assignment]
         self.service.connections.add(self)
         settings = {http2.INITIAL_WINDOW_SIZE: STREAM_WINDOW,
                     http2.MAX_HEADER_LIST_SIZE: self.service.options.max_header_size,
@@ -156,7 +115,7 @@ class GRPCConnection(asyncio.Protocol):
         self.service.watch(self)
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self.closing = True
+        self.closing = self.sender.closing = True
         self.service.connections.discard(self)
         for timer in self.timers:
             timer.cancel()
@@ -165,37 +124,27 @@ class GRPCConnection(asyncio.Protocol):
         self.calls.clear()
 
     def pause_writing(self) -> None:
-        self.paused = True
+        self.sender.paused = True
         for call in self.calls.values():
             if call.writable is not None:
                 call.writable.clear()
 
     def resume_writing(self) -> None:
-        self.paused = False
+        self.sender.paused = False
         for call in self.calls.values():
             if call.writable is not None and not call.pending:
                 call.writable.set()
 
     def write(self, data: bytes) -> None:
-        """Queue ``data``; what is queued in one round of the loop goes in one write."""
-        self.out.append(data)
-        if not self.flush_scheduled:
-            self.flush_scheduled = True
-            self.loop.call_soon(self.flush)
-
-    def flush(self) -> None:
-        self.flush_scheduled = False
-        out, self.out = self.out, []
-        if self.transport is not None and not self.closing and out:
-            self.transport.write(b"".join(out) if len(out) > 1 else out[0])
+        self.sender.write(data)
 
     def close(self, code: int = http2.NO_ERROR, debug: bytes = b"") -> None:
         """End the connection: a GOAWAY, then close once it is written."""
         if self.closing or self.transport is None:
             return
         self.write(http2.goaway(self.last_stream, code, debug))
-        self.flush()
-        self.closing = True
+        self.sender.flush()
+        self.closing = self.sender.closing = True
         self.transport.close()
 
     def go_away(self) -> None:
@@ -308,25 +257,17 @@ class GRPCConnection(asyncio.Protocol):
     def on_settings(self, payload: bytes) -> None:
         if len(payload) % 6:
             raise _ConnectionError(http2.FRAME_SIZE_ERROR, "a SETTINGS frame of odd size")
-        for key, value in http2.parse_settings(payload):
-            if key == http2.INITIAL_WINDOW_SIZE:
-                if value > http2.MAX_WINDOW:
-                    raise _ConnectionError(http2.FLOW_CONTROL_ERROR, "window too large")
-                change = value - self.initial_window
-                self.initial_window = value
-                for call in self.calls.values():
-                    call.send_window += change
-            elif key == http2.MAX_FRAME_SIZE:
-                self.max_frame = value
-            elif key == http2.HEADER_TABLE_SIZE and value < 4096:
-                self.table_size = value
+        try:
+            self.sender.apply_settings(http2.parse_settings(payload), self.calls.values())
+        except ValueError as exc:
+            raise _ConnectionError(http2.FLOW_CONTROL_ERROR, str(exc)) from None
         self.write(http2.frame(http2.SETTINGS, http2.ACK, 0))
         self.send_pending()
 
     def on_window_update(self, stream: int, payload: bytes) -> None:
         increment = http2.read_u32(payload)
         if stream == 0:
-            self.send_window += increment
+            self.sender.window += increment
             self.send_pending()
         else:
             call = self.calls.get(stream)
@@ -383,8 +324,8 @@ class GRPCConnection(asyncio.Protocol):
     def open_refused(self, stream: int, code: grpc.StatusCode, message: str) -> None:
         self.last_stream = max(self.last_stream, stream)
         self.write(http2.frame(http2.HEADERS, http2.END_HEADERS | http2.END_STREAM, stream,
-                               http2.status_trailers(code.value[0], bounded_message(message),
-                                                     False)))
+                               self.sender.table_update() + http2.status_trailers(
+                                   code.value[0], bounded_message(message), False)))
 
     def open_call(self, stream: int, headers: list[tuple[bytes, bytes]], ended: bool) -> None:
         path = b""
@@ -420,7 +361,7 @@ class GRPCConnection(asyncio.Protocol):
             if not ended:
                 self.write(http2.rst_stream(stream, http2.NO_ERROR))
             return
-        call = Call(stream, name, tuple(metadata), self.initial_window)
+        call = Call(stream, name, tuple(metadata), self.sender.initial_window)
         call.compressed = encoding if encoding in _WBITS else None
         call.accept = accept
         call.started = self.loop.time()
@@ -616,74 +557,20 @@ class GRPCConnection(asyncio.Protocol):
             encoding = self.service.pick_encoding(call.accept)
         if not call.headers_sent:
             call.headers_sent = True
-            self.write(http2.frame(http2.HEADERS, http2.END_HEADERS, call.id,
-                                   self.table_update() + http2.response_headers(encoding)))
+            self.sender.headers(call, http2.response_headers(encoding))
         if encoding is not None:
             body = self.service.compress(message, encoding)
             data = http2.GRPC_PREFIX.pack(1, len(body)) + body
         else:
             data = http2.GRPC_PREFIX.pack(0, len(message)) + message
-        self.send_data(call, data, 0)
-
-    def send_data(self, call: Call, data: bytes, flags: int) -> None:
-        """DATA (or, ``flags`` with END_HEADERS, the trailers) for ``call``, as the
-        windows allow; the rest waits in ``call.pending``."""
-        if call.pending:
-            call.pending.append((data, flags))
-            return
-        if flags & http2.END_HEADERS:
-            self.write(http2.frame(http2.HEADERS, flags, call.id, data))
-            return
-        size = len(data)
-        window = min(self.send_window, call.send_window)
-        if size <= window and size <= self.max_frame:
-            self.send_window -= size
-            call.send_window -= size
-            self.write(http2.frame(http2.DATA, flags, call.id, data))
-            return
-        call.pending.append((data, flags))
-        self.send_pending(call)
+        self.sender.data(call, data, 0)
 
     def send_pending(self, only: Call | None = None) -> None:
-        """Send what flow control held back, as far as the windows now allow."""
+        """Send what flow control held back (of ``only``, or of every call)."""
         calls = [only] if only is not None else list(self.calls.values())
-        for call in calls:
-            pending = call.pending
-            while pending:
-                data, flags = pending[0]
-                if flags & http2.END_HEADERS:
-                    pending.popleft()
-                    self.write(http2.frame(http2.HEADERS, flags, call.id, data))
-                    continue
-                window = min(self.send_window, call.send_window, self.max_frame)
-                if window <= 0:
-                    break
-                chunk = data[:window]
-                last = len(chunk) == len(data)
-                self.send_window -= len(chunk)
-                call.send_window -= len(chunk)
-                self.write(http2.frame(http2.DATA, flags if last else 0, call.id, chunk))
-                if last:
-                    pending.popleft()
-                else:
-                    pending[0] = (data[window:], flags)
-            if call.writable is not None:
-                waiting = sum(len(data) for data, _ in pending)
-                if waiting < STREAM_SEND_BUFFER and not self.paused:
-                    call.writable.set()
-                else:
-                    call.writable.clear()
-            if call.closed and not pending:
-                self.calls.pop(call.id, None)
-                self.call_over(call)
-
-    def table_update(self) -> bytes:
-        """What the next header block starts with: the size of the client's table naiad
-        may use, once after the client lowered it (naiad never adds to it)."""
-        if self.table_size is None:
-            return b""
-        update, self.table_size = http2.table_size_update(self.table_size), None
-        return update
+        for call in self.sender.pending(calls):
+            self.calls.pop(call.id, None)
+            self.call_over(call)
 
     def finish(self, call: Call, code: grpc.StatusCode, message: str) -> None:
         """End ``call`` with its status (after whatever it still has to send)."""
@@ -695,8 +582,8 @@ class GRPCConnection(asyncio.Protocol):
             call.deadline.cancel()
         trailers = http2.status_trailers(code.value[0], message, call.headers_sent)
         if not call.headers_sent:
-            trailers = self.table_update() + trailers
-        self.send_data(call, trailers, http2.END_HEADERS | http2.END_STREAM)
+            trailers = self.sender.table_update() + trailers
+        self.sender.data(call, trailers, http2.END_HEADERS | http2.END_STREAM)
         if not call.pending:
             if not call.ended:  # the client need not send the rest of its messages
                 self.write(http2.rst_stream(call.id, http2.NO_ERROR))
