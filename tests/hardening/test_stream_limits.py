@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import http.client
 import json
-import os
 import queue
 import shutil
 import socket
@@ -276,17 +275,28 @@ def read_events(sock: socket.socket, pace_s: float = 0.0) -> tuple[list[dict], b
     return events, complete
 
 
-#: With frontend processes, HTTP answers cross the bridge (naiad.frontends.bridge), which
-#: writes an exchange's events to its frontend process without waiting for the client: they
-#: wait there as bytes (copies, no shared memory), not in generate_stream, so its bound is
-#: never reached. Bounding that is the bridge's flow control, not yet there.
-BRIDGED_HTTP = pytest.mark.skipif(
-    "--frontend-processes" in os.environ.get("NAIAD_TEST_SERVE_ARGS", ""),
-    reason="frontend processes buffer generate_stream events in the bridge, unbounded yet")
+@pytest.fixture(scope="module")
+def bridged_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    """``server`` with a frontend process: HTTP answers cross the bridge
+    (naiad.frontends.bridge), where the engine keeps at most frames.ANSWER_WINDOW_BYTES of
+    an answer in flight to the frontend. Before, the engine wrote every event at once: they
+    waited in the frontend process as bytes, the stream's bound was never reached, and an
+    unread generate_stream held its model's responses (and the frontend's memory) to the
+    end."""
+    repo = _repository(tmp_path_factory.mktemp("stream-limits-bridged"))
+    with naiad_server("--model-repository", str(repo), "--frontend-processes=1",
+                      f"--stream-max-buffered-responses={MAX_BUFFERED}") as process:
+        yield process
 
 
-@BRIDGED_HTTP
-def test_generate_stream_that_is_not_read_is_ended_at_its_bound(server: ServerProcess):
+#: the generate_stream cases run against a single process and through a frontend process
+HTTP_SERVERS = pytest.mark.parametrize("http_server", ["server", "bridged_server"])
+
+
+@HTTP_SERVERS
+def test_generate_stream_that_is_not_read_is_ended_at_its_bound(
+        http_server: str, request: pytest.FixtureRequest):
+    server: ServerProcess = request.getfixturevalue(http_server)
     assert server.process is not None
     pid = server.process.pid
     before = request_counts(server.http_port, "flood")["executions"]
@@ -308,10 +318,12 @@ def test_generate_stream_that_is_not_read_is_ended_at_its_bound(server: ServerPr
     flood_completes(server)
 
 
-@BRIDGED_HTTP
-def test_a_slow_generate_stream_reader_gets_an_error_event(server: ServerProcess):
+@HTTP_SERVERS
+def test_a_slow_generate_stream_reader_gets_an_error_event(http_server: str,
+                                                           request: pytest.FixtureRequest):
     """A client that reads, more slowly than the model sends: the events it could take,
     then an error event naming the bound, and the end of the stream."""
+    server: ServerProcess = request.getfixturevalue(http_server)
     body = json.dumps({"COUNT": [FLOOD], "SIZE": [16 * 1024]}).encode()  # ~60 KB events
     with socket.create_connection(("127.0.0.1", server.http_port),
                                   timeout=ANSWER_TIMEOUT_S) as sock:

@@ -37,7 +37,8 @@ _DISCONNECT = {"type": "http.disconnect"}
 class _Exchange:
     """One forwarded request: the messages its ``receive`` has to give, its answer so far."""
 
-    __slots__ = ("connection", "done", "id", "messages", "start", "waiter")
+    __slots__ = ("connection", "done", "id", "in_flight", "messages", "start", "waiter",
+                 "window")
 
     def __init__(self, connection: _EngineConnection, exchange: int) -> None:
         self.connection = connection
@@ -46,6 +47,9 @@ class _Exchange:
         self.waiter: asyncio.Future[None] | None = None
         self.start: dict[str, Any] | None = None  # http.response.start, until the first body
         self.done = False  # the answer is complete, or the client went away
+        # body bytes written to the frontend and not yet reported SENT to the client
+        self.in_flight = 0
+        self.window: asyncio.Future[None] | None = None  # send waits here for SENT
 
     def put(self, message: dict[str, Any]) -> None:
         self.messages.append(message)
@@ -83,12 +87,32 @@ class _Exchange:
         if not more:
             self.finish()
         self.connection.protocol.write(data)
+        if more:
+            # Flow control: wait while the client has not taken ANSWER_WINDOW_BYTES of
+            # what was sent (frames.SENT), as a single-process server's send waits on a
+            # client's full socket; a streaming answer backs up into its stream bound.
+            self.in_flight += len(body)
+            while self.in_flight > frames.ANSWER_WINDOW_BYTES and not self.done:
+                self.window = asyncio.get_running_loop().create_future()
+                await self.window
+                self.window = None
+
+    def sent(self, count: int) -> None:
+        """The frontend handed ``count`` more body bytes to the client's connection."""
+        self.in_flight = max(0, self.in_flight - count)
+        self._open_window()
+
+    def _open_window(self) -> None:
+        window = self.window
+        if window is not None and not window.done():
+            window.set_result(None)
 
     def finish(self) -> None:
         """The exchange is over: ``receive`` answers ``http.disconnect`` from now on."""
         self.done = True
         self.connection.exchanges.pop(self.id, None)
         self.put(_DISCONNECT)
+        self._open_window()
 
 
 class _Direct(InferExchange):
@@ -144,7 +168,9 @@ class _EngineConnection:
         exchange = self.exchanges.get(exchange_id)
         if exchange is None:
             return  # answered already: a late body or disconnect changes nothing
-        if kind == frames.BODY:
+        if kind == frames.SENT:
+            exchange.sent(frames.read_sent(body))
+        elif kind == frames.BODY:
             more, data = frames.read_body(body)
             exchange.put({"type": "http.request", "body": data, "more_body": more})
         elif kind == frames.DISCONNECT:

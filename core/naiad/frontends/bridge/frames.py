@@ -5,7 +5,13 @@ HTTP request and its answer, numbered by the frontend. Frontend -> engine:
 
 - ``REQUEST``: ``<u32 scope size> <scope: JSON> <u8 more body>`` and the first body bytes;
 - ``BODY``: ``<u8 more body>`` and the next body bytes;
-- ``DISCONNECT``: the client went away (the application's ``receive`` says so).
+- ``DISCONNECT``: the client went away (the application's ``receive`` says so);
+- ``SENT``: ``<u64 bytes>``: that many answer body bytes of the exchange were handed to the
+  client's connection (its writer took them). The engine keeps at most
+  :data:`ANSWER_WINDOW_BYTES` of an answer's body sent and not yet ``SENT`` back, and its
+  ``send`` waits meanwhile, as a single-process server's waits for a slow client's socket:
+  a ``generate_stream`` whose client does not read backs up into its stream bound
+  (``--stream-max-buffered-responses``) instead of into the frontend process's memory.
 
 Engine -> frontend:
 
@@ -59,6 +65,12 @@ REQUEST, BODY, DISCONNECT, RESPONSE, ABORT = 1, 2, 3, 4, 5
 CALL, MESSAGE, HALF_CLOSE, STATUS = 6, 7, 8, 9
 INFER, ANSWER = 10, 11
 GRPC_INFER, GRPC_ANSWER = 12, 13
+SENT = 14
+#: The most answer body bytes of one exchange in flight between the engine and the client's
+#: connection in the frontend (the frontend's own writer buffers up to uvicorn's high-water
+#: mark on top). Large enough that an answer read at speed never waits on the round trip.
+ANSWER_WINDOW_BYTES = 256 * 1024
+_COUNT = struct.Struct("<Q")
 
 _HEAD = struct.Struct("<IBI")  # size of the rest, kind, exchange id
 _SIZE = struct.Struct("<I")
@@ -96,6 +108,15 @@ def read_json(body: memoryview) -> tuple[Any, bool, bytes]:
 
 def read_body(body: memoryview) -> tuple[bool, bytes]:
     return bool(body[0]), bytes(body[1:])
+
+
+def sent_frame(exchange: int, count: int) -> bytes:
+    """``count`` body bytes of ``exchange``'s answer reached the client's connection."""
+    return frame(SENT, exchange, _COUNT.pack(count))
+
+
+def read_sent(body: memoryview) -> int:
+    return int(_COUNT.unpack_from(body, 0)[0])
 
 
 _ANSWER_HEAD = struct.Struct("<HqB")

@@ -233,7 +233,8 @@ class ForwardingApp:
                 protocol.write(frames.body_frame(exchange, more, message.get("body", b"")))
             watcher = asyncio.ensure_future(_watch_disconnect(receive, protocol, exchange))
             try:
-                answered = await _relay(answer, send)
+                answered = await _relay(answer, send, partial(_report_sent, protocol,
+                                                              exchange))
             finally:
                 watcher.cancel()
             if not answered and link.lost.is_set():
@@ -251,10 +252,16 @@ async def _watch_disconnect(receive: Any, protocol: frames.FrameProtocol,
     protocol.write(frames.frame(frames.DISCONNECT, exchange))
 
 
-async def _relay(answer: _Answer, send: Any) -> bool:
+def _report_sent(protocol: frames.FrameProtocol, exchange: int, count: int) -> None:
+    protocol.write(frames.sent_frame(exchange, count))
+
+
+async def _relay(answer: _Answer, send: Any, report_sent: Callable[[int], object]) -> bool:
     """Write the engine's answer to the client as it comes; False when there was none (the
     client went away, or the engine did). Raises (uvicorn then closes the connection) when
-    the engine ended an answer it had begun."""
+    the engine ended an answer it had begun. ``report_sent(bytes)`` tells the engine what
+    the client's connection took of an answer still going on (frames.SENT): once caught up
+    with the engine, or every quarter window."""
     kind, body = await answer.next()
     if kind != frames.RESPONSE or body is None:
         return False
@@ -263,12 +270,17 @@ async def _relay(answer: _Answer, send: Any) -> bool:
                 "headers": [(key.encode("latin-1"), value.encode("latin-1"))
                             for key, value in headers]})
     await send({"type": "http.response.body", "body": data, "more_body": more})
+    taken = len(data)
     while more:
+        if taken and (not answer.frames or taken >= frames.ANSWER_WINDOW_BYTES // 4):
+            report_sent(taken)
+            taken = 0
         kind, body = await answer.next()
         if kind != frames.BODY or body is None:
             raise ConnectionAbortedError("the engine ended the answer before its end")
         more, data = frames.read_body(body)
         await send({"type": "http.response.body", "body": data, "more_body": more})
+        taken += len(data)
     return True
 
 
