@@ -33,6 +33,12 @@ from typing import Any
 from naiad.pytriton.client import ModelClient
 from naiad.pytriton.client.exceptions import PyTritonClientTimeoutError
 from naiad.pytriton.client.utils import TritonUrl, create_auth_headers, wait_for_server_ready
+from naiad.pytriton.constants import (  # noqa: F401  (PyTriton's triton module has them)
+    DEFAULT_GRPC_PORT,
+    DEFAULT_HTTP_PORT,
+    DEFAULT_METRICS_PORT,
+    TRITON_LOCAL_IP,
+)
 from naiad.pytriton.decorators import TritonContext
 from naiad.pytriton.exceptions import (
     PyTritonValidationError,
@@ -41,6 +47,11 @@ from naiad.pytriton.exceptions import (
 from naiad.pytriton.model_config.model_config import ModelConfig
 from naiad.pytriton.model_config.tensor import Tensor
 from naiad.pytriton.models.model import Model
+from naiad.pytriton.proxy.telemetry import (  # noqa: F401  (PyTriton's triton module has them)
+    build_proxy_tracer_from_triton_config,
+    get_telemetry_tracer,
+    set_telemetry_tracer,
+)
 from naiad.pytriton.server import triton_server
 from naiad.pytriton.utils.workspace import Workspace
 
@@ -52,8 +63,7 @@ DEFAULT_TRITON_STARTUP_TIMEOUT_S = 120.0 * SECONDS   # as PyTriton
 WAIT_FOR_MODEL_TIMEOUT_S = 60.0 * SECONDS           # as PyTriton
 SERVER_STOP_TIMEOUT_S = 30.0 * SECONDS              # SIGTERM, then SIGKILL after this
 SERVER_POLL_S = 0.5 * SECONDS                       # readiness checks between liveness checks
-DEFAULT_HTTP_PORT, DEFAULT_GRPC_PORT, DEFAULT_METRICS_PORT = 8000, 8001, 8002
-LOCAL_IP = "127.0.0.1"
+LOCAL_IP = TRITON_LOCAL_IP
 TRITON_ACCESS_HEADER = "triton-access-token"
 # Extra `naiad serve` arguments for the server Triton() starts (shell syntax), e.g.
 # "--backend-config=python,execution-mode=in_process".

@@ -10,6 +10,7 @@ import itertools
 import queue
 import threading
 import time
+import warnings
 from collections.abc import AsyncIterator, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
@@ -29,11 +30,13 @@ from naiad.pytriton.client.exceptions import (
 )
 from naiad.pytriton.client.utils import (
     TritonUrl,
+    client_init_arguments,
     create_auth_headers,
     get_model_config,
     wait_for_model_ready,
     wait_for_server_ready,
 )
+from naiad.pytriton.client.warnings import NotSupportedTimeoutWarning
 from naiad.pytriton.model_config.triton_model_config import TritonModelConfig
 
 SECONDS = 1.0
@@ -104,11 +107,20 @@ class ModelClient:
             self._wait_and_init_model_config(self._init_timeout_s)
 
     def _create_client(self) -> Any:
-        if self._triton_url.scheme == "http":
-            return self._lib.InferenceServerClient(
-                self._url, network_timeout=self._inference_timeout_s,
-                connection_timeout=self._inference_timeout_s)
-        return self._lib.InferenceServerClient(self._url)
+        return self._lib.InferenceServerClient(
+            self._url, **client_init_arguments(self._triton_url, self._inference_timeout_s))
+
+    def get_lib(self) -> Any:
+        """The tritonclient module of the URL's scheme (``tritonclient.http`` or
+        ``tritonclient.grpc``), as PyTriton's ``get_lib``."""
+        return self._lib
+
+    def create_client_from_url(self, url: str, network_timeout_s: float | None = None) -> Any:
+        """A tritonclient ``InferenceServerClient`` for ``url``: over HTTP its network and
+        connection timeouts are ``network_timeout_s`` (the client's inference timeout when
+        None); over gRPC tritonclient takes no such timeout and it warns
+        (NotSupportedTimeoutWarning), as PyTriton does. The caller closes it."""
+        return _client_from_url(self, url, network_timeout_s, aio=False)
 
     @classmethod
     def from_existing_client(cls, existing_client: ModelClient) -> ModelClient:
@@ -266,6 +278,31 @@ class ModelClient:
         if self.is_batching_supported:
             return {name: data[0] for name, data in result.items()}
         return result
+
+
+def _aio_lib(scheme: str) -> Any:
+    """tritonclient's asyncio module of ``scheme``, imported when first asked for (aiohttp
+    for HTTP's)."""
+    import importlib
+
+    return importlib.import_module(f"tritonclient.{scheme}.aio")
+
+
+def _client_from_url(client: ModelClient, url: str, network_timeout_s: float | None, *,
+                     aio: bool) -> Any:
+    triton_url = TritonUrl.from_url(url)
+    timeout_s = client._inference_timeout_s if network_timeout_s is None else network_timeout_s
+    if triton_url.scheme == "grpc":
+        warnings.warn("tritonclient.grpc doesn't support timeout for other commands than "
+                      f"infer. Ignoring network_timeout: {timeout_s}.",
+                      NotSupportedTimeoutWarning, stacklevel=3)
+    if aio:   # tritonclient.http.aio: one timeout for the connection and each request
+        extra = {"conn_timeout": timeout_s} if triton_url.scheme == "http" else {}
+        return _aio_lib(triton_url.scheme).InferenceServerClient(triton_url.without_scheme,
+                                                                 **extra)
+    lib = {"grpc": tritonclient.grpc, "http": tritonclient.http}[triton_url.scheme]
+    return lib.InferenceServerClient(triton_url.without_scheme,
+                                     **client_init_arguments(triton_url, timeout_s))
 
 
 def _numpy_result(response: Any) -> dict[str, np.ndarray]:
@@ -480,6 +517,28 @@ class AsyncioModelClient:
     @staticmethod
     def _client_class() -> type[ModelClient]:
         return ModelClient
+
+    @classmethod
+    def from_existing_client(cls, existing_client: AsyncioModelClient | ModelClient
+                             ) -> AsyncioModelClient:
+        """A client of the same model with the same settings and the known model config."""
+        inner = existing_client._client if isinstance(existing_client, AsyncioModelClient) \
+            else existing_client
+        return cls(url=inner._triton_url.with_scheme, model_name=inner._model_name,
+                   model_version=inner._model_version, init_timeout_s=inner._init_timeout_s,
+                   inference_timeout_s=inner._inference_timeout_s,
+                   model_config=inner._model_config, ensure_model_is_ready=False,
+                   access_token=inner._access_token)
+
+    def get_lib(self) -> Any:
+        """The tritonclient asyncio module of the URL's scheme (``tritonclient.http.aio`` or
+        ``tritonclient.grpc.aio``), as PyTriton's ``get_lib``."""
+        return _aio_lib(self._client._triton_url.scheme)
+
+    def create_client_from_url(self, url: str, network_timeout_s: float | None = None) -> Any:
+        """A tritonclient asyncio ``InferenceServerClient`` for ``url``, as
+        ModelClient.create_client_from_url makes a synchronous one."""
+        return _client_from_url(self._client, url, network_timeout_s, aio=True)
 
     async def __aenter__(self) -> AsyncioModelClient:
         if not self._lazy_init:

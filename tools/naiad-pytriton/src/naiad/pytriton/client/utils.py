@@ -61,6 +61,15 @@ class TritonUrl:
         return f"{self.hostname}:{self.port}"
 
 
+def client_init_arguments(url: TritonUrl, timeout_s: float) -> dict[str, float]:
+    """tritonclient's InferenceServerClient arguments for a PyTriton client: over HTTP the
+    inference timeout bounds each network call and the connection; tritonclient.grpc takes
+    a timeout per infer call only."""
+    if url.scheme != "http":
+        return {}
+    return {"network_timeout": timeout_s, "connection_timeout": timeout_s}
+
+
 def create_auth_headers(access_token: str, protocol: str) -> dict[str, str]:
     """The header a restricted API asks for: ``triton-access-token`` over HTTP, with gRPC's
     ``triton-grpc-protocol-`` prefix over gRPC (as tritonserver reads them)."""

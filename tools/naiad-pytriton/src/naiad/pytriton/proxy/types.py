@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
+from contextlib import AbstractContextManager
 from typing import Any
 
 import numpy as np
+
+from naiad.pytriton.proxy.telemetry import traced_span
 
 
 class _Tensors:
@@ -55,6 +58,11 @@ class Request(_Tensors):
 
     def get(self, input_name: str, default: Any = None) -> Any:
         return self.data.get(input_name, default)
+
+    def traced_span(self, span_name: str) -> AbstractContextManager[None]:
+        """PyTriton's span for a block of work on this request: untraced here (``span`` is
+        always None; naiad.pytriton.proxy.telemetry)."""
+        return traced_span(self, span_name)
 
 
 Requests = list[Request]
