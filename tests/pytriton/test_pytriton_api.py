@@ -208,3 +208,14 @@ def test_constants_and_workspace_are_pytritons(tmp_path: pathlib.Path,
     assert given.path.exists() and given.is_empty()
     monkeypatch.undo()
     importlib.reload(constants)   # back to the environment's home for later tests
+
+
+def test_pytritons_check_tool_says_it_is_not_supported() -> None:
+    import sys
+
+    with pytest.raises(ImportError, match=r"pytriton\.check is not supported"):
+        importlib.import_module("naiad.pytriton.check.utils")
+    done = subprocess.run([sys.executable, "-m", "naiad.pytriton", "check"],
+                          capture_output=True, text=True, timeout=LISTING_TIMEOUT_S)
+    assert done.returncode == 2
+    assert "`pytriton check`) is not supported by naiad.pytriton" in done.stderr
