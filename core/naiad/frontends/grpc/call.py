@@ -16,7 +16,7 @@ class Call:
     """One call (an HTTP/2 stream) from its headers to its status."""
 
     __slots__ = ("accept", "closed", "compressed", "context", "data", "deadline", "ended",
-                 "headers_sent", "id", "messages", "metadata", "method", "on_cancel",
+                 "headers_sent", "held", "id", "messages", "metadata", "method", "on_cancel",
                  "pending", "send_window", "started", "unread", "writable")
 
     def __init__(self, stream_id: int, method: str, metadata: tuple, send_window: int
@@ -37,6 +37,8 @@ class Call:
         # A stream's bytes queued for its handler, not yet taken; a unary call's received
         # and not yet given back as window.
         self.unread = 0
+        # Connection window this call's data holds: received, not yet handed on.
+        self.held = 0
         self.writable: threading.Event | None = None  # a stream's: set while it may send
         self.on_cancel: Any = None  # a fast-path call's cancellation
         self.deadline: asyncio.TimerHandle | None = None

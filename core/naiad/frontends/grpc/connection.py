@@ -2,17 +2,20 @@
 out, flow control both ways.
 
 The protocol runs on the server's event loop. A unary ``ModelInfer`` is answered there
-(:meth:`.naiad_server.GRPCService.infer`: decoded, submitted, encoded when its future
-completes, with no thread); every other call runs in the servicer's method handlers on a
+(:class:`.loop_infer.LoopInfer`: decoded, submitted, encoded when its future completes,
+with no thread); every other call runs in the servicer's method handlers on a
 thread of the pool (:func:`.calls.run_call`), as on grpc's thread-pool server, and sends its
 answer back through the loop. What goes out in one round of the loop goes in one write.
 
 Flow control (RFC 9113 section 5.2): the client may send :data:`STREAM_WINDOW` bytes per
-call and :data:`CONNECTION_WINDOW` on the connection before naiad gives more; a unary call's
-bytes are bounded by the message limit (``--http-max-input-size``) instead, so its window is
-given back as its data arrives, while a stream's is given back only as its handler takes
-each message: a client streaming faster than its requests are served is slowed down, not
-buffered. What naiad sends waits for the client's windows (:mod:`.sending`).
+call and :data:`CONNECTION_WINDOW` (or one message of the largest size, if more) on the
+connection before naiad gives more. The connection's window comes back only as data is
+handed on (a unary call's message to its model, a stream's to its handler), so what one
+connection can make naiad hold is bounded by it; a unary call's own window comes back as
+its data arrives (its message limit, ``--http-max-input-size``, bounds it), a stream's as
+its handler takes each message: a client streaming faster than its requests are served is
+slowed down, not buffered. What naiad sends waits for the client's windows
+(:mod:`.sending`).
 """
 
 from __future__ import annotations
@@ -38,7 +41,8 @@ from naiad.frontends.grpc.status import bounded_message
 
 log = logging.getLogger("naiad.grpc")
 
-#: What a client may send on one call, and on the connection, before naiad gives more.
+#: What a client may send on one call, and on the connection (at least), before naiad
+#: gives more.
 STREAM_WINDOW = 4 * 1024 * 1024
 CONNECTION_WINDOW = 16 * 1024 * 1024
 _SERVICE_PREFIX = "/inference.GRPCInferenceService/"
@@ -93,7 +97,9 @@ class GRPCConnection(asyncio.Protocol):
         self.decoder = http2.HeaderDecoder(service.options.max_header_size)
         self.headers_block: tuple[int, int, bytearray] | None = None  # stream, flags, block
         self.sender = Sender(self.loop)
-        self.received = 0  # connection bytes not yet given back
+        self.received = 0  # connection window handed on, not yet given back
+        # The connection's receive window: at least one message of the largest size.
+        self.window = max(CONNECTION_WINDOW, service.max_message + 64 * 1024)
         self.going_away = False
         self.closing = False
         self.timers: list[asyncio.TimerHandle] = []
@@ -111,7 +117,7 @@ class GRPCConnection(asyncio.Protocol):
                     http2.MAX_HEADER_LIST_SIZE: self.service.options.max_header_size,
                     http2.ENABLE_PUSH: 0}
         self.write(http2.settings_frame(settings)
-                   + http2.window_update(0, CONNECTION_WINDOW - http2.DEFAULT_WINDOW))
+                   + http2.window_update(0, self.window - http2.DEFAULT_WINDOW))
         self.service.watch(self)
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -375,22 +381,29 @@ class GRPCConnection(asyncio.Protocol):
         if ended:
             self.on_end(call)
 
-    def on_data(self, flags: int, stream: int, payload: bytes) -> None:
-        length = len(payload)
-        self.received += length
-        if self.received > CONNECTION_WINDOW // 2:
+    def give_back(self, size: int) -> None:
+        """``size`` bytes of the connection's window were handed on (or dropped): the
+        client gets them back once half the window is."""
+        self.received += size
+        if self.received > self.window // 2:
             self.write(http2.window_update(0, self.received))
             self.received = 0
+
+    def on_data(self, flags: int, stream: int, payload: bytes) -> None:
+        length = len(payload)
         call = self.calls.get(stream)
         if call is None or call.ended:
             if stream > self.last_stream:
                 raise _ConnectionError(http2.PROTOCOL_ERROR, f"DATA on idle stream {stream}")
+            self.give_back(length)
             return  # a call naiad ended (or refused) already: dropped
         if flags & http2.PADDED:
             try:
                 payload = http2.unpadded(flags, payload)
             except ValueError as exc:
                 raise _ConnectionError(http2.PROTOCOL_ERROR, str(exc)) from None
+            self.give_back(length - len(payload))
+        call.held += len(payload)
         call.data += payload
         if call.messages is not None:
             self.take_messages(call)
@@ -434,6 +447,8 @@ class GRPCConnection(asyncio.Protocol):
             return
         message = self.unpack(call, compressed, bytes(data[5:]))
         call.data = bytearray()
+        self.give_back(call.held)  # handed on: the request holds it now, not the connection
+        call.held = 0
         if message is not None:
             self.service.expect_message(self, call, done=True)
             self.service.run_unary(self, call, message)
@@ -498,7 +513,12 @@ class GRPCConnection(asyncio.Protocol):
             yield message
 
     def message_taken(self, call: Call, size: int) -> None:
-        if not call.closed and not call.ended and not self.closing:
+        if self.closing:
+            return
+        if call.held >= size:  # else the call is over and gave its window back
+            call.held -= size
+            self.give_back(size)
+        if not call.closed and not call.ended:
             self.write(http2.window_update(call.id, size))
 
     # --- calls run in the handlers (threads) --------------------------------------------
@@ -591,6 +611,9 @@ class GRPCConnection(asyncio.Protocol):
             self.call_over(call)
 
     def call_over(self, call: Call) -> None:
+        if call.held and not self.closing:
+            self.give_back(call.held)
+            call.held = 0
         if call.context is not None:
             call.context.end()
         if call.writable is not None:
