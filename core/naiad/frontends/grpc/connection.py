@@ -100,6 +100,7 @@ class GRPCConnection(asyncio.Protocol):
         self.received = 0  # connection window handed on, not yet given back
         # The connection's receive window: at least one message of the largest size.
         self.window = max(CONNECTION_WINDOW, service.max_message + 64 * 1024)
+        self.allowed = self.window  # what the client may still send on the connection
         self.going_away = False
         self.closing = False
         self.timers: list[asyncio.TimerHandle] = []
@@ -387,10 +388,15 @@ class GRPCConnection(asyncio.Protocol):
         self.received += size
         if self.received > self.window // 2:
             self.write(http2.window_update(0, self.received))
+            self.allowed += self.received
             self.received = 0
 
     def on_data(self, flags: int, stream: int, payload: bytes) -> None:
         length = len(payload)
+        self.allowed -= length
+        if self.allowed < 0:  # a client that ignores flow control: nothing bounds it
+            raise _ConnectionError(http2.FLOW_CONTROL_ERROR,
+                                   "DATA beyond the connection's window")
         call = self.calls.get(stream)
         if call is None or call.ended:
             if stream > self.last_stream:

@@ -205,3 +205,32 @@ def test_a_gzip_message_that_inflates_past_the_limit_is_refused(tmp_path: Path) 
             assert b"--http-max-input-size" in trailers[b"grpc-message"]
         finally:
             client.close()
+
+
+def test_data_past_the_connection_window_ends_that_connection(tmp_path: Path) -> None:
+    # With 1 MiB messages the connection's window is 16 MiB, and it comes back only as
+    # messages are handed on: 17 half-sent calls of almost 1 MiB each overrun it.
+    write_model(tmp_path, "identity_fp32", identity_config("identity_fp32", "TYPE_FP32"),
+                IDENTITY_PY)
+    with naiad_server("--model-repository", str(tmp_path),
+                      "--http-max-input-size=1048576") as small:
+        client = RawClient(small.grpc_port)
+        try:
+            client.open()
+            chunk = b"\0" * 16_000
+            for stream in range(1, 35, 2):
+                client.send(http2.frame(http2.HEADERS, http2.END_HEADERS, stream,
+                                        request_headers()),
+                            http2.frame(http2.DATA, 0, stream,
+                                        struct.pack(">BL", 0, 1_040_000) + chunk))
+                for _ in range(64):  # ~1 MiB, the message never complete
+                    client.send(http2.frame(http2.DATA, 0, stream, chunk))
+            found = client.read_until(lambda found: bool(goaways(found)))
+            assert goaways(found)[0][0] == http2.FLOW_CONTROL_ERROR
+        except (BrokenPipeError, ConnectionResetError):
+            found = frames(client.received)  # closed while we were still sending
+            assert goaways(found) and goaways(found)[0][0] == http2.FLOW_CONTROL_ERROR
+        finally:
+            client.close()
+        with grpcclient.InferenceServerClient(small.grpc_url) as other:
+            assert other.is_server_live()
