@@ -424,7 +424,8 @@ class ModelManager:
                     record.states[version] = (UNAVAILABLE, "unloaded")
         self.models[name] = record
 
-    async def unload(self, name: str, unload_dependents: bool = False) -> None:
+    async def unload(self, name: str, unload_dependents: bool = False, *,
+                     after_load: bool = True) -> None:
         """Unload ``name`` and, as Triton does, every loaded ensemble that calls it (directly
         or through other ensembles). Those ensembles load again when ``name`` does.
 
@@ -433,9 +434,12 @@ class ModelManager:
         ensemble depends on).
 
         An unload that arrives while ``name`` loads waits for that load and then unloads
-        what it loaded, as Triton does (issue 32: it was answered at once and lost)."""
-        async with self._locks.hold(name):
-            pass  # the load in progress, if any, is done
+        what it loaded, as Triton does (issue 32: it was answered at once and lost);
+        ``after_load=False`` (shutdown) unloads what serves now without waiting for a load,
+        which may never end."""
+        if after_load:
+            async with self._locks.hold(name):
+                pass  # the load in progress, if any, is done
         composing = composing_models(self.models, name) if unload_dependents else []
         for dependents in self._unloaded_with.values():
             dependents.discard(name)  # unloaded on purpose: no composing model brings it back
@@ -491,7 +495,7 @@ class ModelManager:
         for name in list(self.models):
             record = self.models[name]
             if record.versions:
-                await self.unload(name)
+                await self.unload(name, after_load=False)
         await self.retirements.wait()
 
     def _retire(self, record: ModelRecord, keep: ModelRecord | None
