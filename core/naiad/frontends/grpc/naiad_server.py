@@ -33,7 +33,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 import grpc
 
 from naiad.frontends.grpc import http2
-from naiad.frontends.grpc.connection import Call, GRPCConnection
+from naiad.frontends.grpc.call import Call
+from naiad.frontends.grpc.connection import GRPCConnection
 from naiad.frontends.grpc.listener import (
     make_servicer,
     pool_threads,
