@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import binascii
 import logging
 import queue
 import threading
@@ -99,7 +100,8 @@ class GRPCConnection(asyncio.Protocol):
         self.sender = Sender(self.loop)
         self.received = 0  # connection window handed on, not yet given back
         # The connection's receive window: at least one message of the largest size.
-        self.window = max(CONNECTION_WINDOW, service.max_message + 64 * 1024)
+        self.window = min(max(CONNECTION_WINDOW, service.max_message + 64 * 1024),
+                          http2.MAX_WINDOW)
         self.allowed = self.window  # what the client may still send on the connection
         self.going_away = False
         self.closing = False
@@ -351,8 +353,17 @@ class GRPCConnection(asyncio.Protocol):
                 accept = value
             elif name not in _RESERVED:
                 key = name.decode("latin-1")
-                metadata.append((key, base64.b64decode(value + b"==") if key.endswith("-bin")
-                                 else value.decode("latin-1")))
+                if not key.endswith("-bin"):
+                    metadata.append((key, value.decode("latin-1")))
+                    continue
+                try:
+                    metadata.append((key, base64.b64decode(value + b"==")))
+                except binascii.Error:
+                    self.open_refused(stream, grpc.StatusCode.INVALID_ARGUMENT,
+                                      f"the call's metadata '{key}' is not base64")
+                    if not ended:
+                        self.write(http2.rst_stream(stream, http2.NO_ERROR))
+                    return
         method = path.decode("latin-1")
         name = method[len(_SERVICE_PREFIX):] if method.startswith(_SERVICE_PREFIX) else ""
         if name not in self.service.handlers:

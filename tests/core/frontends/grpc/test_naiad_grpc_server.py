@@ -234,3 +234,18 @@ def test_data_past_the_connection_window_ends_that_connection(tmp_path: Path) ->
             client.close()
         with grpcclient.InferenceServerClient(small.grpc_url) as other:
             assert other.is_server_live()
+
+
+def test_binary_metadata_that_is_not_base64_is_refused(server) -> None:
+    client = RawClient(server.grpc_port)
+    try:
+        client.open()
+        client.send(http2.frame(http2.HEADERS, http2.END_HEADERS | http2.END_STREAM, 1,
+                                request_headers([(b"x-blob-bin", b"a")])))
+        trailers = dict(trailers_of(client.read_until(ended(1)), 1))
+        assert trailers[b"grpc-status"] == b"3"  # INVALID_ARGUMENT
+        assert b"x-blob-bin" in trailers[b"grpc-message"]
+    finally:
+        client.close()
+    with grpcclient.InferenceServerClient(server.grpc_url) as other:
+        assert other.is_server_live()
