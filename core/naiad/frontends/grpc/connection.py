@@ -21,8 +21,6 @@ slowed down, not buffered. What naiad sends waits for the client's windows
 from __future__ import annotations
 
 import asyncio
-import base64
-import binascii
 import logging
 import queue
 import threading
@@ -48,14 +46,9 @@ STREAM_WINDOW = 4 * 1024 * 1024
 CONNECTION_WINDOW = 16 * 1024 * 1024
 _SERVICE_PREFIX = "/inference.GRPCInferenceService/"
 _STREAMING = frozenset({"ModelStreamInfer"})
-# Headers that are gRPC's own, not the call's metadata (grpc's invocation_metadata()
-# leaves them out too).
-_RESERVED = frozenset({b"te", b"content-type", b"grpc-timeout", b"grpc-encoding",
-                       b"grpc-accept-encoding", b"grpc-message-type"})
 _END = object()  # the end of a stream's messages
 # Frame types whose payload has one size (RFC 9113 section 6).
 _FIXED_SIZES = {http2.RST_STREAM: 4, http2.PING: 8, http2.WINDOW_UPDATE: 4, http2.PRIORITY: 5}
-_WBITS = {b"gzip": 31, b"deflate": 15}
 
 
 class Service(Protocol):
@@ -330,6 +323,13 @@ class GRPCConnection(asyncio.Protocol):
             return
         self.open_call(stream, headers, bool(flags & http2.END_STREAM))
 
+    def refuse_call(self, stream: int, ended: bool, code: grpc.StatusCode, message: str
+                    ) -> None:
+        """Answer a call that cannot open with ``code``; the client need not send on."""
+        self.open_refused(stream, code, message)
+        if not ended:
+            self.write(http2.rst_stream(stream, http2.NO_ERROR))
+
     def open_refused(self, stream: int, code: grpc.StatusCode, message: str) -> None:
         self.last_stream = max(self.last_stream, stream)
         self.write(http2.frame(http2.HEADERS, http2.END_HEADERS | http2.END_STREAM, stream,
@@ -337,51 +337,26 @@ class GRPCConnection(asyncio.Protocol):
                                    code.value[0], bounded_message(message), False)))
 
     def open_call(self, stream: int, headers: list[tuple[bytes, bytes]], ended: bool) -> None:
-        path = b""
-        timeout = None
-        encoding = accept = b""
-        metadata = []
-        for name, value in headers:
-            if name[:1] == b":":
-                if name == b":path":
-                    path = value
-            elif name == b"grpc-timeout":
-                timeout = http2.timeout_seconds(value)
-            elif name == b"grpc-encoding":
-                encoding = value
-            elif name == b"grpc-accept-encoding":
-                accept = value
-            elif name not in _RESERVED:
-                key = name.decode("latin-1")
-                if not key.endswith("-bin"):
-                    metadata.append((key, value.decode("latin-1")))
-                    continue
-                try:
-                    metadata.append((key, base64.b64decode(value + b"==")))
-                except binascii.Error:
-                    self.open_refused(stream, grpc.StatusCode.INVALID_ARGUMENT,
-                                      f"the call's metadata '{key}' is not base64")
-                    if not ended:
-                        self.write(http2.rst_stream(stream, http2.NO_ERROR))
-                    return
-        method = path.decode("latin-1")
+        try:
+            heads = http2.call_headers(headers)
+        except ValueError as exc:
+            self.refuse_call(stream, ended, grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+            return
+        method, encoding = heads.path, heads.encoding
         name = method[len(_SERVICE_PREFIX):] if method.startswith(_SERVICE_PREFIX) else ""
         if name not in self.service.handlers:
-            self.open_refused(stream, grpc.StatusCode.UNIMPLEMENTED,
-                              f"Method not found: {method}")
-            if not ended:
-                self.write(http2.rst_stream(stream, http2.NO_ERROR))
+            self.refuse_call(stream, ended, grpc.StatusCode.UNIMPLEMENTED,
+                             f"Method not found: {method}")
             return
-        if encoding not in (b"", b"identity") and encoding not in _WBITS:
-            self.open_refused(stream, grpc.StatusCode.UNIMPLEMENTED, (
+        if encoding not in (b"", b"identity") and encoding not in http2.WBITS:
+            self.refuse_call(stream, ended, grpc.StatusCode.UNIMPLEMENTED, (
                 f"Compression algorithm '{encoding.decode('latin-1')}' is not supported "
                 f"(gzip, deflate and identity are)"))
-            if not ended:
-                self.write(http2.rst_stream(stream, http2.NO_ERROR))
             return
-        call = Call(stream, name, tuple(metadata), self.sender.initial_window)
-        call.compressed = encoding if encoding in _WBITS else None
-        call.accept = accept
+        timeout = heads.timeout_s
+        call = Call(stream, name, heads.metadata, self.sender.initial_window)
+        call.compressed = encoding if encoding in http2.WBITS else None
+        call.accept = heads.accept
         call.started = self.loop.time()
         self.calls[stream] = call
         if timeout is not None:
@@ -479,9 +454,8 @@ class GRPCConnection(asyncio.Protocol):
                 f"{call.method}: a compressed message without grpc-encoding"))
             return None
         limit = self.service.max_message
-        inflater = zlib.decompressobj(_WBITS[call.compressed])
         try:
-            plain = inflater.decompress(message, limit + 1)
+            plain = http2.inflate(message, call.compressed, limit)
         except zlib.error as exc:
             self.finish(call, grpc.StatusCode.INTERNAL, (
                 f"{call.method}: the message does not decompress "

@@ -11,7 +11,11 @@ never touch the client's table (literal fields without indexing), so they are bu
 
 from __future__ import annotations
 
+import base64
+import binascii
 import struct
+import zlib
+from typing import Any, NamedTuple
 from urllib.parse import quote, unquote
 
 import hpack
@@ -219,3 +223,57 @@ def timeout_seconds(value: bytes) -> float | None:
 def message_text(value: bytes) -> str:
     """A percent-encoded ``grpc-message`` as text."""
     return unquote(value.decode("latin-1"))
+
+
+# Headers that are gRPC's own, not the call's metadata (grpc's invocation_metadata()
+# leaves them out too).
+_RESERVED = frozenset({b"te", b"content-type", b"grpc-timeout", b"grpc-encoding",
+                       b"grpc-accept-encoding", b"grpc-message-type"})
+#: zlib's window bits for each message encoding a client may use.
+WBITS = {b"gzip": 31, b"deflate": 15}
+
+
+class CallHeaders(NamedTuple):
+    """What a call's request headers say."""
+
+    path: str
+    timeout_s: float | None  # grpc-timeout; None: no deadline
+    encoding: bytes  # grpc-encoding (b"" or b"identity": none)
+    accept: bytes  # grpc-accept-encoding
+    metadata: tuple[tuple[str, Any], ...]  # as grpc's invocation_metadata() gives it
+
+
+def call_headers(headers: list[tuple[bytes, bytes]]) -> CallHeaders:
+    """The request headers of a call; ValueError naming a ``-bin`` entry that is not
+    base64."""
+    path = b""
+    timeout = None
+    encoding = accept = b""
+    metadata: list[tuple[str, Any]] = []
+    for name, value in headers:
+        if name[:1] == b":":
+            if name == b":path":
+                path = value
+        elif name == b"grpc-timeout":
+            timeout = timeout_seconds(value)
+        elif name == b"grpc-encoding":
+            encoding = value
+        elif name == b"grpc-accept-encoding":
+            accept = value
+        elif name not in _RESERVED:
+            key = name.decode("latin-1")
+            if not key.endswith("-bin"):
+                metadata.append((key, value.decode("latin-1")))
+                continue
+            try:
+                metadata.append((key, base64.b64decode(value + b"==")))
+            except binascii.Error:
+                raise ValueError(f"the call's metadata '{key}' is not base64") from None
+    return CallHeaders(path.decode("latin-1"), timeout, encoding, accept, tuple(metadata))
+
+
+def inflate(message: bytes, encoding: bytes, limit: int) -> bytes:
+    """A compressed message's bytes: at most ``limit + 1`` of them (the caller refuses
+    more), so a small message cannot inflate past the limit in memory. zlib.error when
+    they do not decompress."""
+    return zlib.decompressobj(WBITS[encoding]).decompress(message, limit + 1)
