@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
+from zoo import IDENTITY_PY, identity_config, write_model
 
 from naiad.errors import InferenceServerError
 from naiad.testing import ServerProcess, naiad_server
@@ -25,22 +26,6 @@ from naiad.testing import ServerProcess, naiad_server
 settings = pytest.importorskip("naiad_backend_python.settings",
                                reason="naiad-backend-python is not installed")
 
-CONFIG = """
-backend: "python"
-max_batch_size: 0
-input [ { name: "INPUT0", data_type: TYPE_FP32, dims: [ -1 ] } ]
-output [ { name: "OUTPUT0", data_type: TYPE_FP32, dims: [ -1 ] } ]
-"""
-IDENTITY = """
-import triton_python_backend_utils as pb_utils
-
-
-class TritonPythonModel:
-    def execute(self, requests):
-        return [pb_utils.InferenceResponse([pb_utils.Tensor(
-            "OUTPUT0", pb_utils.get_input_tensor_by_name(r, "INPUT0").as_numpy())])
-            for r in requests]
-"""
 ENV_PARAMETER = """
 parameters { key: "EXECUTION_ENV_PATH"
              value { string_value: "$$TRITON_MODEL_DIRECTORY/env.tar.gz" } }
@@ -48,10 +33,8 @@ parameters { key: "EXECUTION_ENV_PATH"
 
 
 def _model(repo: Path, name: str, extra_config: str = "") -> Path:
-    (repo / name / "1").mkdir(parents=True)
-    (repo / name / "config.pbtxt").write_text(CONFIG + extra_config)
-    (repo / name / "1" / "model.py").write_text(IDENTITY)
-    return repo / name
+    return write_model(repo, name, identity_config(name, "TYPE_FP32") + extra_config,
+                       IDENTITY_PY)
 
 
 @pytest.fixture(scope="module")
