@@ -191,12 +191,18 @@ _TIMEOUT_UNITS = {"H": 3600.0, "M": 60.0, "S": 1.0, "m": 1e-3, "u": 1e-6, "n": 1
 _SAFE = "".join(chr(c) for c in range(0x20, 0x7F) if chr(c) != "%")
 
 
+_COMPRESSED_HEADERS = {encoding: header_block([(b":status", b"200"),
+                                               (b"content-type", b"application/grpc"),
+                                               (b"grpc-encoding", encoding)])
+                       for encoding in (b"gzip", b"deflate")}
+
+
 def response_headers(encoding: bytes | None = None) -> bytes:
-    """The header block that opens a response (with ``grpc-encoding`` when compressed)."""
+    """The header block that opens a response (with ``grpc-encoding`` when compressed:
+    gzip or deflate)."""
     if encoding is None:
         return _RESPONSE_HEADERS
-    return header_block([(b":status", b"200"), (b"content-type", b"application/grpc"),
-                         (b"grpc-encoding", encoding)])
+    return _COMPRESSED_HEADERS[encoding]
 
 
 def status_trailers(code: int, message: str, headers_sent: bool) -> bytes:
