@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import time
+from contextlib import contextmanager
 
 import numpy as np
 import pytest
@@ -21,14 +22,6 @@ DEFAULTS = {"log_file": "", "log_info": True, "log_warning": True, "log_error": 
             "log_verbose_level": 0, "log_format": "default"}
 
 
-@pytest.fixture
-def server(tmp_path):
-    write_model(tmp_path, "add_sub", ADD_SUB_CONFIG, ADD_SUB_PY)
-    with naiad_server("--model-repository", str(tmp_path), "--model-control-mode=explicit",
-                      "--load-model=add_sub") as process:
-        yield process
-
-
 def http_settings(server) -> dict:
     with httpclient.InferenceServerClient(server.http_url) as client:
         return client.get_log_settings()
@@ -40,16 +33,47 @@ def grpc_settings(server) -> dict:
     return {key: next(iter(value.values())) for key, value in settings.items()}
 
 
+@pytest.fixture(scope="module")
+def log_server(tmp_path_factory):
+    """One server for the log tests (a start per test cost about 5 s each): what it reports
+    before any test changes a setting is kept as ``started_with`` (HTTP, gRPC)."""
+    repo = tmp_path_factory.mktemp("log-settings")
+    write_model(repo, "add_sub", ADD_SUB_CONFIG, ADD_SUB_PY)
+    with naiad_server("--model-repository", str(repo), "--model-control-mode=explicit",
+                      "--load-model=add_sub") as process:
+        process.started_with = (http_settings(process), grpc_settings(process))
+        yield process
+
+
+@pytest.fixture
+def server(log_server):
+    """The shared log server, put back as it started after each test: the switches at
+    their flags' values and add_sub loaded (a test that fails half-way included)."""
+    yield log_server
+    with httpclient.InferenceServerClient(log_server.http_url) as client:
+        client.update_log_settings({key: value for key, value in DEFAULTS.items()
+                                    if key not in ("log_file", "log_format")})
+        if not client.is_model_ready("add_sub"):
+            client.load_model("add_sub")
+    assert http_settings(log_server) == DEFAULTS
+
+
 def test_both_protocols_report_the_flags(server):
-    assert http_settings(server) == DEFAULTS
-    grpc = grpc_settings(server)
+    http, grpc = server.started_with
+    assert http == DEFAULTS
     assert grpc == {**DEFAULTS, "log_file": grpc.get("log_file", "")}  # "" is left out
+    assert http_settings(server) == DEFAULTS
 
 
 @pytest.mark.parametrize("protocol", ["http", "grpc"])
 def test_a_change_applies_to_the_log_at_once(server, protocol):
     module = httpclient if protocol == "http" else grpcclient
     url = server.http_url if protocol == "http" else server.grpc_url
+    before = len(server.log())  # the shared server's log so far: earlier tests' lines
+
+    def log() -> str:
+        return server.log()[before:]
+
     with module.InferenceServerClient(url) as client:
         client.update_log_settings({"log_info": False})
         assert http_settings(server)["log_info"] is False
@@ -58,10 +82,10 @@ def test_a_change_applies_to_the_log_at_once(server, protocol):
         assert grpc_settings(server)["log_verbose_level"] == 1
         client.load_model("add_sub")  # logged at INFO: must appear
     deadline = time.monotonic() + 10
-    while "loaded model 'add_sub' version 1" not in server.log():
+    while "loaded model 'add_sub' version 1" not in log():
         assert time.monotonic() < deadline, server.log()[-2000:]
         time.sleep(0.05)
-    assert "unloaded model 'add_sub'" not in server.log()
+    assert "unloaded model 'add_sub'" not in log()
 
 
 # tritonclient.grpc types each value itself (a string can only be a string): the wrong types
@@ -138,14 +162,43 @@ def test_trace_settings_of_an_unknown_model_name_it(server):
     assert info.value.status() == "StatusCode.INVALID_ARGUMENT"
 
 
-@pytest.fixture
-def traced(tmp_path):
+@contextmanager
+def traced_server(folder):
     """A server with a trace file and tracing off: the trace extension turns it on."""
-    write_model(tmp_path / "models", "add_sub", ADD_SUB_CONFIG, ADD_SUB_PY)
-    trace_file = tmp_path / "trace.json"
-    with naiad_server("--model-repository", str(tmp_path / "models"),
+    write_model(folder / "models", "add_sub", ADD_SUB_CONFIG, ADD_SUB_PY)
+    trace_file = folder / "trace.json"
+    with naiad_server("--model-repository", str(folder / "models"),
                       "--trace-config", f"triton,file={trace_file}") as process:
         process.trace_file = trace_file
+        yield process
+
+
+@pytest.fixture(scope="module")
+def traced_shared(tmp_path_factory):
+    """One traced server for the tests that only change settings (not for one that stops
+    it or reads its trace file)."""
+    with traced_server(tmp_path_factory.mktemp("traced")) as process:
+        yield process
+
+
+@pytest.fixture
+def traced(traced_shared):
+    """The shared traced server, its global and add_sub's settings put back to Triton's
+    defaults after each test (a cleared value is the default, or the global one)."""
+    yield traced_shared
+    cleared = dict.fromkeys(("trace_level", "trace_rate", "trace_count", "log_frequency"))
+    expected = {**TRACE_DEFAULTS, "trace_file": str(traced_shared.trace_file)}
+    with httpclient.InferenceServerClient(traced_shared.http_url) as client:
+        client.update_trace_settings(model_name="add_sub", settings=cleared)
+        client.update_trace_settings(settings=cleared)
+        assert client.get_trace_settings() == expected
+        assert client.get_trace_settings(model_name="add_sub") == expected
+
+
+@pytest.fixture
+def traced_alone(tmp_path):
+    """A traced server of the test's own: it stops it to read the trace file."""
+    with traced_server(tmp_path) as process:
         yield process
 
 
@@ -217,7 +270,8 @@ def test_the_trace_file_cannot_change_at_run_time(traced):
     assert info.value.status() == "StatusCode.UNIMPLEMENTED" and info.value.message() == message
 
 
-def test_turning_tracing_on_for_one_model_traces_its_requests(traced):
+def test_turning_tracing_on_for_one_model_traces_its_requests(traced_alone):
+    traced = traced_alone
     inputs = [httpclient.InferInput(name, [4], "FP32") for name in ("INPUT0", "INPUT1")]
     for tensor in inputs:
         tensor.set_data_from_numpy(np.ones(4, dtype=np.float32))
