@@ -19,10 +19,14 @@ import os
 import re
 import subprocess
 import tempfile
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
+from itertools import pairwise
 from pathlib import Path
 
 import pytest
+from perf_analyzer_hang import Hang, ServerAccount, snapshot
 
 SECONDS = 1.0
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -33,6 +37,9 @@ DEFAULT_VENV = Path(tempfile.gettempdir()) / "naiad-perf-analyzer-venv"
 SETUP_TIMEOUT = 900 * SECONDS
 # A guard against a run that hangs, not a measurement: a run takes a second or two.
 RUN_TIMEOUT = 120 * SECONDS
+# Between the two looks at a run that hung (perf_analyzer_hang.Hang): long enough for a
+# server that is still working to answer something.
+LOOK_APART = 1 * SECONDS
 
 # A line of perf_analyzer's output that reports a problem ("Thread [0] had error: ...",
 # "Failed to ...", "Unable to unregister all shared memory regions", "WARNING: ...").
@@ -47,11 +54,74 @@ class PerfAnalyzer:
 
     binary: Path
     env: dict[str, str]
+    # A command that runs the binary with the arguments after it (``gdb -batch -x SCRIPT
+    # --args``); a hang is then looked for in the wrapper's child, perf_analyzer itself.
+    wrapper: tuple[str, ...] = ()
 
-    def run(self, *args: str) -> Run:
-        proc = subprocess.run([str(self.binary), *args], env=self.env, capture_output=True,
-                              text=True, timeout=RUN_TIMEOUT)
-        return Run(list(args), proc.returncode, proc.stdout + proc.stderr)
+    def run(self, *args: str, timeout: float = RUN_TIMEOUT, server_port: int | None = None,
+            server_account: Callable[[], ServerAccount] | None = None,
+            answered_before: int = 0) -> Run:
+        """Run perf_analyzer ARGS. A run still going after ``timeout`` seconds is looked at
+        twice (what its threads wait in, its connections to ``server_port``, and
+        ``server_account()``, whose ``answered`` was ``answered_before`` when the run began:
+        see perf_analyzer_hang) before it is killed, and comes back with ``hang`` set;
+        without ``server_port`` and ``server_account`` it raises
+        ``subprocess.TimeoutExpired``."""
+        with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+            proc = subprocess.Popen([*self.wrapper, str(self.binary), *args], env=self.env,
+                                    stdout=out, stderr=err, text=True)
+            try:
+                hang = self._watch(proc, args, timeout, server_port, server_account,
+                                   answered_before)
+            finally:
+                if proc.poll() is None:
+                    proc.kill()
+                    proc.wait()
+            out.seek(0)
+            err.seek(0)
+            output = out.read() + err.read()
+        return Run(list(args), None if hang else proc.returncode, output, hang)
+
+    def _watch(self, proc: subprocess.Popen[str], args: tuple[str, ...], timeout: float,
+               server_port: int | None, server_account: Callable[[], ServerAccount] | None,
+               answered_before: int) -> Hang | None:
+        """Wait for the run; past ``timeout``, look at it (None: it ended). A run the server
+        is still answering is slow, not stuck: it gets until RUN_TIMEOUT from its start."""
+        started = time.monotonic()
+        deadline = started + timeout
+        while True:
+            try:
+                proc.wait(max(0.0, deadline - time.monotonic()))
+                return None
+            except subprocess.TimeoutExpired:
+                if server_port is None or server_account is None:
+                    raise
+            pid = self._perf_analyzer_pid(proc.pid)
+            first = (snapshot(pid, server_port), server_account())
+            time.sleep(LOOK_APART)
+            second = (snapshot(pid, server_port), server_account())
+            if proc.poll() is not None:
+                return None
+            hang = Hang(time.monotonic() - started, answered_before, _request_count(args),
+                        first, second)
+            still_answering = second[1].answered != first[1].answered
+            if not still_answering or deadline >= started + RUN_TIMEOUT:
+                return hang
+            deadline = started + RUN_TIMEOUT
+
+    def _perf_analyzer_pid(self, pid: int) -> int:
+        """perf_analyzer's process: ``pid``, or its child when a wrapper runs it."""
+        if not self.wrapper:
+            return pid
+        for entry in Path("/proc").iterdir():
+            try:
+                # the parent's pid is the 2nd field after the command's closing parenthesis
+                if entry.name.isdigit() and int(
+                        (entry / "stat").read_text().rsplit(")", 1)[1].split()[1]) == pid:
+                    return int(entry.name)
+            except (OSError, IndexError, ValueError):
+                continue
+        return pid
 
 
 CLIENT_BEHIND = "Perf Analyzer was not able to keep up with the desired request rate"
@@ -60,8 +130,9 @@ CLIENT_BEHIND = "Perf Analyzer was not able to keep up with the desired request 
 @dataclass(frozen=True)
 class Run:
     args: list[str]
-    returncode: int
+    returncode: int | None  # None: it hung and was killed (see ``hang``)
     output: str
+    hang: Hang | None = None
 
     @property
     def problems(self) -> list[str]:
@@ -77,7 +148,16 @@ class Run:
         return sum(int(n) for n in CLIENT_REQUESTS.findall(self.output))
 
     def explain(self) -> str:
-        return f"perf_analyzer {' '.join(self.args)}\nexit {self.returncode}\n{self.output}"
+        ending = f"exit {self.returncode}" if self.hang is None else self.hang.explain()
+        return f"perf_analyzer {' '.join(self.args)}\n{ending}\n{self.output}"
+
+
+def _request_count(args: tuple[str, ...]) -> int | None:
+    """The ``--request-count`` a run was given (the requests it is to send), if any."""
+    for flag, value in pairwise(args):
+        if flag == "--request-count":
+            return int(value)
+    return None
 
 
 def _unavailable(reason: str) -> None:

@@ -13,15 +13,20 @@ Skips, with the reason, when perf_analyzer cannot be set up (see perf_analyzer_t
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
+import time
+import urllib.request
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pytest
 import tritonclient.http as httpclient
-from perf_analyzer_tool import PerfAnalyzer, Run, find_or_set_up
+from perf_analyzer_hang import WAITS_ON_ITSELF, ServerAccount, port_of
+from perf_analyzer_tool import RUN_TIMEOUT, SECONDS, PerfAnalyzer, Run, find_or_set_up
 from zoo import write_model
 
 from naiad.testing import naiad_server
@@ -90,6 +95,49 @@ STRINGS_DATA = {"data": [{"INPUT0": {"content": ["a", "bc", "déf"], "shape": [3
                          {"INPUT0": {"content": ["x"], "shape": [1]}}]}
 
 
+# A model that holds each request until a file (its "release_file" parameter) exists, for
+# the check that a request the server holds is never taken for perf_analyzer's own hang; it
+# gives up after HOLD_LIMIT_S.
+HOLD_LIMIT_S = 60 * SECONDS
+HOLD_CONFIG = """
+name: "hold"
+backend: "python"
+max_batch_size: 0
+input [ {{ name: "INPUT0" data_type: TYPE_FP32 dims: [ 1 ] }} ]
+output [ {{ name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 1 ] }} ]
+instance_group [ {{ count: 1 kind: KIND_CPU }} ]
+parameters {{ key: "release_file" value {{ string_value: "{release}" }} }}
+"""
+HOLD_PY = f"""
+import json
+import os
+import time
+
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        parameters = json.loads(args["model_config"])["parameters"]
+        self.release = parameters["release_file"]["string_value"]
+
+    def execute(self, requests):
+        deadline = time.monotonic() + {HOLD_LIMIT_S}
+        while not os.path.exists(self.release) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        return [pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor(
+                    "OUTPUT0", pb_utils.get_input_tensor_by_name(r, "INPUT0").as_numpy())])
+                for r in requests]
+"""
+HOLD_RELEASE = "release"  # in the model's folder
+
+# perf_analyzer 2.51 can wait forever on itself when --request-count is given (two races of
+# its own; tests/core/perf_analyzer_hang.py has the causes and the evidence). Those runs take
+# a second or two; past this they are looked at, and a hang shown to be perf_analyzer's own
+# runs once more.
+REQUEST_COUNT_TIMEOUT = 20 * SECONDS
+
+
 @dataclass(frozen=True)
 class Mode:
     id: str
@@ -97,6 +145,13 @@ class Mode:
     model: str
     args: tuple[str, ...]
     shared_memory: bool = False
+    timeout: float | None = None  # default: REQUEST_COUNT_TIMEOUT or RUN_TIMEOUT
+
+    @property
+    def time_limit(self) -> float:
+        if self.timeout is not None:
+            return self.timeout
+        return REQUEST_COUNT_TIMEOUT if "--request-count" in self.args else RUN_TIMEOUT
 
     def param(self) -> object:
         return pytest.param(self, id=self.id)
@@ -182,7 +237,9 @@ def server(perf_analyzer: PerfAnalyzer, tmp_path_factory: pytest.TempPathFactory
         shutil.copytree(COMPAT_MODELS / name, repo / name,
                         ignore=shutil.ignore_patterns("__pycache__"))
     write_model(repo, "accumulate", ACCUMULATE_CONFIG, ACCUMULATE_PY)
+    write_model(repo, "hold", HOLD_CONFIG.format(release=repo / "hold" / HOLD_RELEASE), HOLD_PY)
     with naiad_server("--model-repository", str(repo)) as process:
+        process.repository = repo  # type: ignore[attr-defined]
         yield process
 
 
@@ -192,21 +249,55 @@ def client(server):
         yield c
 
 
-def successes(client: httpclient.InferenceServerClient, model: str) -> int:
+def counts(client: httpclient.InferenceServerClient, model: str) -> tuple[int, int]:
+    """The statistics extension's success count of ``model`` and its successes and
+    failures together (the requests it answered)."""
     stats = client.get_inference_statistics(model)["model_stats"]
-    return sum(s["inference_stats"]["success"]["count"] for s in stats)
+    success = sum(s["inference_stats"]["success"]["count"] for s in stats)
+    return success, success + sum(s["inference_stats"]["fail"]["count"] for s in stats)
 
 
-def measure(perf_analyzer: PerfAnalyzer, server, mode: Mode, data: Path) -> Run:
+def successes(client: httpclient.InferenceServerClient, model: str) -> int:
+    return counts(client, model)[0]
+
+
+def server_account(server, client: httpclient.InferenceServerClient,
+                   model: str) -> ServerAccount:
+    """Requests of ``model`` the server answered (successes and failures) and requests
+    pending in any model (``nv_inference_pending_request_count``)."""
+    answered = counts(client, model)[1]
+    url = f"http://127.0.0.1:{server.metrics_port}/metrics"
+    with urllib.request.urlopen(url, timeout=10 * SECONDS) as response:
+        metrics = response.read().decode()
+    pending = sum(int(float(line.rsplit(" ", 1)[1])) for line in metrics.splitlines()
+                  if line.startswith("nv_inference_pending_request_count{"))
+    return ServerAccount(answered, pending)
+
+
+def measure(perf_analyzer: PerfAnalyzer, server, client, mode: Mode, data: Path,
+            answered_before: int = 0) -> Run:
     url = server.http_url if mode.protocol == "http" else server.grpc_url
     args = [arg.replace("{data}", str(data)) for arg in mode.args]
-    return perf_analyzer.run("-m", mode.model, "-u", url, "-i", mode.protocol, *args)
+    return perf_analyzer.run("-m", mode.model, "-u", url, "-i", mode.protocol, *args,
+                             timeout=mode.time_limit, server_port=port_of(url),
+                             server_account=lambda: server_account(server, client, mode.model),
+                             answered_before=answered_before)
+
+
+class PerfAnalyzerHung(UserWarning):
+    """perf_analyzer hung on itself (its lost wake-up) and the run was made again."""
 
 
 @pytest.mark.parametrize("mode", [m.param() for m in MODES])
 def test_perf_analyzer_runs_clean(perf_analyzer, server, client, data, mode):
-    before = successes(client, mode.model)
-    run = measure(perf_analyzer, server, mode, data)
+    before, answered = counts(client, mode.model)
+    run = measure(perf_analyzer, server, client, mode, data, answered)
+    if run.hang is not None:
+        # Excused once, and only on evidence that naiad holds nothing (perf_analyzer_hang).
+        assert run.hang.perf_analyzer_waits_on_itself, run.explain()
+        warnings.warn(PerfAnalyzerHung(run.explain()), stacklevel=1)
+        before, answered = counts(client, mode.model)
+        run = measure(perf_analyzer, server, client, mode, data, answered)
     assert run.returncode == 0, run.explain()
     assert run.problems == [], run.explain()
     measured = run.client_requests
@@ -218,13 +309,95 @@ def test_perf_analyzer_runs_clean(perf_analyzer, server, client, data, mode):
         assert client.get_cuda_shared_memory_status() == []
 
 
-def test_a_wrong_answer_is_reported(perf_analyzer, server, data, tmp_path):
+def test_a_wrong_answer_is_reported(perf_analyzer, server, client, data, tmp_path):
     """The check above can fail: perf_analyzer compares outputs with validation_data and
     reports a mismatch in a line the test treats as a problem."""
     wrong = json.loads(json.dumps(ADD_SUB_DATA))
     wrong["validation_data"][0]["OUTPUT0"][3] = 6.0
     (tmp_path / "wrong.json").write_text(json.dumps(wrong))
     mode = Mode("wrong", "http", "add_sub", (*FIXED, "--input-data", str(tmp_path / "wrong.json")))
-    run = measure(perf_analyzer, server, mode, data)
+    run = measure(perf_analyzer, server, client, mode, data)
     assert any("Output doesn't match expected output" in line for line in run.problems), \
         run.explain()
+
+
+def test_a_request_naiad_holds_is_not_excused(perf_analyzer, server, client, data):
+    """The hang check can fail: a run whose request the server holds (the model waits for a
+    file) is not taken for perf_analyzer's own hang; released, the request is answered."""
+    release = server.repository / "hold" / HOLD_RELEASE
+    before, answered = counts(client, "hold")
+    mode = Mode("hold", "http", "hold", ("--request-count", "1", "--shape", "INPUT0:1"),
+                timeout=3 * SECONDS)
+    try:
+        run = measure(perf_analyzer, server, client, mode, data, answered)
+        assert run.hang is not None, run.explain()
+        assert not run.hang.perf_analyzer_waits_on_itself, run.explain()
+        assert any(t.wait not in WAITS_ON_ITSELF for t in run.hang.first[0].threads), \
+            run.explain()
+    finally:
+        release.touch()
+    deadline = time.monotonic() + HOLD_LIMIT_S
+    while successes(client, "hold") == before and time.monotonic() < deadline:
+        time.sleep(0.05)
+    release.unlink()
+    assert successes(client, "hold") == before + 1, "the held request was never answered"
+
+
+# perf_analyzer's two races (perf_analyzer_hang.py), made certain under gdb.
+# Discarded records: hold the main thread 300 ms where it empties the workers' records at the
+# start of the measurement, while the workers send and record every request.
+DISCARDED_RECORDS_GDB = """
+set pagination off
+set confirm off
+break triton::perfanalyzer::LoadManager::SwapRequestRecords
+run
+call (int) usleep(300000)
+delete
+continue
+"""
+# Lost wake-up: let the main thread reach ResumeWorkers, run one worker alone up to its call
+# to condition_variable::wait (HandleExecuteOff+240 in the 2.51 binary: its predicate has just
+# read execute_ false), run the main thread alone through ResumeWorkers (execute_ = true,
+# notify_all), then let every thread go.
+LOST_WAKE_UP_GDB = """
+set pagination off
+set confirm off
+break triton::perfanalyzer::RequestRateManager::ResumeWorkers
+run
+python
+import gdb
+worker = max(t.num for t in gdb.selected_inferior().threads())
+gdb.execute("tbreak *('triton::perfanalyzer::RequestRateWorker::HandleExecuteOff'+240)"
+            " thread %d" % worker)
+gdb.execute("set scheduler-locking on")
+gdb.execute("thread %d" % worker)
+gdb.execute("continue")
+gdb.execute("thread 1")
+gdb.execute("finish")
+gdb.execute("set scheduler-locking off")
+end
+continue
+"""
+
+
+@pytest.mark.long
+@pytest.mark.parametrize("script, answered", [
+    pytest.param(DISCARDED_RECORDS_GDB, 20, id="discarded-records"),
+    pytest.param(LOST_WAKE_UP_GDB, 15, id="lost-wake-up"),  # a worker's 5 are never sent
+])
+def test_perf_analyzers_own_hang_is_told_apart(perf_analyzer, server, client, data, tmp_path,
+                                               script, answered):
+    """perf_analyzer's own hangs, made to happen, are recognised as such: the server answered
+    every request it got and holds none."""
+    gdb = shutil.which("gdb")
+    if gdb is None:
+        pytest.skip("gdb is not installed (Debian: apt-get install gdb)")
+    (tmp_path / "race.gdb").write_text(script)
+    under_gdb = dataclasses.replace(
+        perf_analyzer, wrapper=(gdb, "-batch", "-x", str(tmp_path / "race.gdb"), "--args"))
+    mode = next(m for m in MODES if m.id == "http-request-intervals")
+    run = measure(under_gdb, server, client, dataclasses.replace(mode, timeout=30 * SECONDS),
+                  data, counts(client, mode.model)[1])
+    assert run.hang is not None, run.explain()
+    assert run.hang.perf_analyzer_waits_on_itself, run.explain()
+    assert run.hang.answered == answered, run.explain()
