@@ -17,7 +17,7 @@ class Call:
 
     __slots__ = ("accept", "closed", "compressed", "context", "data", "deadline", "ended",
                  "headers_sent", "held", "id", "messages", "metadata", "method", "on_cancel",
-                 "pending", "send_window", "started", "unread", "writable")
+                 "pending", "send_window", "started", "stream", "unread", "writable")
 
     def __init__(self, stream_id: int, method: str, metadata: tuple, send_window: int
                  ) -> None:
@@ -41,5 +41,6 @@ class Call:
         self.held = 0
         self.writable: threading.Event | None = None  # a stream's: set while it may send
         self.on_cancel: Any = None  # a fast-path call's cancellation
+        self.stream: Any = None  # a ModelStreamInfer run on the loop (.loop_stream)
         self.deadline: asyncio.TimerHandle | None = None
         self.started = 0.0

@@ -76,6 +76,8 @@ class Service(Protocol):
 
     def watch(self, connection: GRPCConnection) -> None: ...
 
+    def start_stream(self, connection: GRPCConnection, call: Call) -> bool: ...
+
 
 class GRPCConnection(asyncio.Protocol):
     """The HTTP/2 server side of one client connection."""
@@ -136,6 +138,8 @@ class GRPCConnection(asyncio.Protocol):
         for call in self.calls.values():
             if call.writable is not None and not call.pending:
                 call.writable.set()
+            elif call.stream is not None:
+                call.stream.resume()
 
     def write(self, data: bytes) -> None:
         self.sender.write(data)
@@ -397,7 +401,7 @@ class GRPCConnection(asyncio.Protocol):
             self.give_back(length - len(payload))
         call.held += len(payload)
         call.data += payload
-        if call.messages is not None:
+        if call.messages is not None or call.stream is not None:
             self.take_messages(call)
         else:
             if len(call.data) > 5:  # refuse an oversized message as soon as it says so
@@ -422,6 +426,9 @@ class GRPCConnection(asyncio.Protocol):
     def on_end(self, call: Call) -> None:
         """The client sent its last message on ``call``."""
         call.ended = True
+        if call.stream is not None:
+            call.stream.on_client_end()
+            return
         if call.messages is not None:
             call.messages.put(_END)
             return
@@ -469,6 +476,8 @@ class GRPCConnection(asyncio.Protocol):
     # --- streams ------------------------------------------------------------------------
 
     def start_stream(self, call: Call, timeout: float | None) -> None:
+        if self.service.start_stream(self, call):
+            return  # on the loop (.loop_stream), or refused
         call.messages = queue.SimpleQueue()
         call.writable = threading.Event()
         call.writable.set()
@@ -489,6 +498,10 @@ class GRPCConnection(asyncio.Protocol):
             del data[:5 + size]
             if message is None:
                 return
+            if call.stream is not None:  # handed on at once
+                call.stream.on_message(message)
+                self.stream_message_taken(call, 5 + size)
+                continue
             call.unread += 5 + size
             call.messages.put((message, 5 + size))  # type: ignore[union-attr]
 
@@ -502,6 +515,19 @@ class GRPCConnection(asyncio.Protocol):
             message, size = item
             self.loop.call_soon_threadsafe(self.message_taken, call, size)
             yield message
+
+    def stream_message_taken(self, call: Call, size: int) -> None:
+        """A message of a stream run on the loop was handed on as it came: its window
+        goes back as a unary call's does, once half the call's window is used (most
+        messages then cost no WINDOW_UPDATE, no write and no wake-up of the client)."""
+        if call.held < size:
+            return  # the message ended the call, which gave its window back
+        call.held -= size
+        self.give_back(size)
+        call.unread += size
+        if call.unread > STREAM_WINDOW // 2 and not call.closed and not call.ended:
+            self.write(http2.window_update(call.id, call.unread))
+            call.unread = 0
 
     def message_taken(self, call: Call, size: int) -> None:
         if self.closing:
@@ -605,6 +631,8 @@ class GRPCConnection(asyncio.Protocol):
         if call.held and not self.closing:
             self.give_back(call.held)
             call.held = 0
+        if call.stream is not None:
+            call.stream.call_over()
         if call.context is not None:
             call.context.end()
         if call.writable is not None:

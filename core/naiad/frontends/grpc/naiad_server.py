@@ -7,8 +7,10 @@ tritonserver answering an inference of its Python identity model. Here a ``Model
 from the frames to the model's scheduler and back on the loop, with no thread hand-off
 (figures in benchmarks/results and docs/design.md).
 
-Every other RPC, and ``ModelInfer`` while the server traces or when inference is a
-restricted API, runs in the same method handlers grpc's server runs
+``ModelStreamInfer`` is answered on the loop too (:mod:`.loop_stream`: no thread per stream,
+none per request) unless it is a restricted API. Every other RPC, ``ModelInfer`` while the
+server traces or when inference is a restricted API, and a restricted stream run in the
+same method handlers grpc's server runs
 (``listener.method_handlers``), on a thread of a pool as large as grpc's: the answers are
 the same whichever server runs them. The ``--grpc-*`` settings mean what they mean there:
 the message and metadata limits, TLS, compression of inference responses, keepalive pings
@@ -42,6 +44,7 @@ from naiad.frontends.grpc.listener import (
     servicer_handlers,
 )
 from naiad.frontends.grpc.loop_infer import OnAnswer, loop_infer
+from naiad.frontends.grpc.loop_stream import LoopStreams
 from naiad.frontends.grpc.options import GRPCOptions
 
 if TYPE_CHECKING:
@@ -86,11 +89,13 @@ class GRPCService:
 
     def __init__(self, options: GRPCOptions, loop: asyncio.AbstractEventLoop,
                  handlers: dict[str, grpc.RpcMethodHandler], max_message: int,
-                 infer: UnaryInfer | None = None) -> None:
+                 infer: UnaryInfer | None = None, streams: LoopStreams | None = None
+                 ) -> None:
         self.options = options
         self.loop = loop
         self.handlers = handlers
         self.infer = infer
+        self.streams = streams
         level = options.infer_response_compression_level
         self.compression = _ZLIB_LEVELS.get(level)
         self.compressed_methods = _COMPRESSED
@@ -132,6 +137,10 @@ class GRPCService:
                                          partial(self._answered, connection, call))
         else:
             self.pool.submit(connection.run_in_thread, call, message)
+
+    def start_stream(self, connection: GRPCConnection, call: Call) -> bool:
+        """Take a ``ModelStreamInfer`` call on the loop (False: its handler runs it)."""
+        return self.streams is not None and self.streams.start(connection, call)
 
     @staticmethod
     def _answered(connection: GRPCConnection, call: Call, code: grpc.StatusCode,
@@ -267,8 +276,9 @@ async def start_naiad_grpc_server(server: InferenceServer, address: str, port: i
     """Serve ``server`` over gRPC on ``address:port`` with naiad's own HTTP/2 server."""
     loop = asyncio.get_running_loop()
     servicer = make_servicer(server, options)
-    service = GRPCService(options, loop, servicer_handlers(server, options, servicer=servicer),
-                          server.options.max_input_size, loop_infer(servicer, options))
+    handlers = servicer_handlers(server, options, servicer=servicer)
+    service = GRPCService(options, loop, handlers, server.options.max_input_size,
+                          loop_infer(servicer, options), LoopStreams(servicer, options, handlers))
     return await serve_grpc(service, address, port)
 
 

@@ -4,7 +4,8 @@ section 5.2: the connection's and each call's), and a call's trailers wait behin
 Header frames are not flow-controlled.
 
 A stream's handler thread waits (``Call.writable``) while :data:`STREAM_SEND_BUFFER` bytes
-of its answers wait for the client, or while the transport's own buffer is full.
+of its answers wait for the client, or while the transport's own buffer is full; a stream
+run on the loop (``Call.stream``) holds its answers back then, and is told to look again.
 """
 
 from __future__ import annotations
@@ -125,6 +126,8 @@ class Sender:
                     call.writable.set()
                 else:
                     call.writable.clear()
+            elif call.stream is not None and not self.paused:
+                call.stream.resume()  # it looks whether it may send, and sends later
             if call.closed and not pending:
                 over.append(call)
         return over

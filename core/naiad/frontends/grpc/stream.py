@@ -380,23 +380,7 @@ class Stream:
                 elif item is _CALL_ENDED:
                     return
                 else:
-                    entry, response, final = item
-                    if final:
-                        self.finished += 1
-                        with self.lock:
-                            self.running.discard(entry)
-                    if entry.decoupled:
-                        message = self._encode(entry, response, final)
-                        if message is not None:
-                            yield message
-                    else:
-                        entry.answer = (response, final)
-                        ordered = self.ordered
-                        while ordered and ordered[0].answer is not None:
-                            head = ordered.popleft()
-                            message = self._encode(head, *head.answer)  # type: ignore[misc]
-                            if message is not None:
-                                yield message
+                    yield from self._answered(*item)
                 if reader_done and self.finished == self.submitted:
                     self.over = True
                     return
@@ -410,6 +394,28 @@ class Stream:
                 self._release()
             if self.buffer is not None:
                 self.buffer.close()
+
+    def _answered(self, entry: _Entry, response: InferenceResponse | None, final: bool
+                  ) -> Iterator[bytes]:
+        """The messages one response of ``entry`` lets out: its own (a decoupled model's),
+        or an ordinary model's answer with those behind it in request order that were
+        held for it. Raises :class:`_EndStream` when an error ends the call."""
+        if final:
+            self.finished += 1
+            with self.lock:
+                self.running.discard(entry)
+        if entry.decoupled:
+            message = self._encode(entry, response, final)
+            if message is not None:
+                yield message
+            return
+        entry.answer = (response, final)
+        ordered = self.ordered
+        while ordered and ordered[0].answer is not None:
+            head = ordered.popleft()
+            message = self._encode(head, *head.answer)  # type: ignore[misc]
+            if message is not None:
+                yield message
 
     def _encode(self, entry: _Entry, response: InferenceResponse | None,
                 final: bool) -> bytes | None:
