@@ -231,15 +231,19 @@ def data(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def server(perf_analyzer: PerfAnalyzer, tmp_path_factory: pytest.TempPathFactory):
+def repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
     repo = tmp_path_factory.mktemp("perf-analyzer-models")
     for name in ("add_sub", "identity_batch", "strings", "repeat", "mul", "pipeline"):
         shutil.copytree(COMPAT_MODELS / name, repo / name,
                         ignore=shutil.ignore_patterns("__pycache__"))
     write_model(repo, "accumulate", ACCUMULATE_CONFIG, ACCUMULATE_PY)
     write_model(repo, "hold", HOLD_CONFIG.format(release=repo / "hold" / HOLD_RELEASE), HOLD_PY)
-    with naiad_server("--model-repository", str(repo)) as process:
-        process.repository = repo  # type: ignore[attr-defined]
+    return repo
+
+
+@pytest.fixture(scope="module")
+def server(perf_analyzer: PerfAnalyzer, repository: Path):
+    with naiad_server("--model-repository", str(repository)) as process:
         yield process
 
 
@@ -321,10 +325,11 @@ def test_a_wrong_answer_is_reported(perf_analyzer, server, client, data, tmp_pat
         run.explain()
 
 
-def test_a_request_naiad_holds_is_not_excused(perf_analyzer, server, client, data):
+def test_a_request_naiad_holds_is_not_excused(perf_analyzer, repository, server, client,
+                                              data):
     """The hang check can fail: a run whose request the server holds (the model waits for a
     file) is not taken for perf_analyzer's own hang; released, the request is answered."""
-    release = server.repository / "hold" / HOLD_RELEASE
+    release = repository / "hold" / HOLD_RELEASE
     before, answered = counts(client, "hold")
     mode = Mode("hold", "http", "hold", ("--request-count", "1", "--shape", "INPUT0:1"),
                 timeout=3 * SECONDS)
