@@ -12,12 +12,14 @@ collected (``InferenceProfiler::Measure``). Two races in perf_analyzer leave it 
   not replace them, and the main thread sleeps forever. A busy machine that holds the main
   thread back a few milliseconds while the workers run is enough; ``--request-intervals``
   (4 worker threads, the first request 1 ms after the start) hits it most. Seen once in CI
-  and once in 2,000 runs here beside other tests and CPU hogs: the server had answered all
-  20 requests (5 on each of the 4 connections, by their byte counts), held none, every
-  connection was idle, and perf_analyzer's only thread left was its main thread in
-  ``clock_nanosleep`` under ``InferenceProfiler::Measure`` (gdb). Holding the main thread
-  300 ms at ``SwapRequestRecords`` under gdb reproduces it every time. Upstream's code is
-  unchanged (perf_analyzer ``main``, 2025-12).
+  and once in about 1,600 ``--request-intervals`` runs here beside other tests and CPU hogs
+  (none in 240 runs of the other modes): the server had answered all 20 requests (5 on each
+  of the 4 connections, by their byte counts), held none, every connection was idle, and
+  perf_analyzer's only thread left was its main thread in ``clock_nanosleep`` under
+  ``InferenceProfiler::Measure`` (gdb). Holding the main thread 300 ms at
+  ``SwapRequestRecords`` under gdb reproduces it every time, with ``--request-intervals`` and
+  with the concurrency modes alike (over gRPC too). Upstream's code is unchanged
+  (perf_analyzer ``main``, 2025-12).
 - A lost wake-up. Request-rate and custom-interval workers sleep on a condition variable
   until the main thread sets ``execute_`` and calls ``notify_all()``;
   ``RequestRateManager::ResumeWorkers`` does both without the workers' mutex (the 2.51
