@@ -178,8 +178,9 @@ class Server:
                  "--grpc-port", str(self.grpc_port), "--metrics-port", str(metrics_port)]
         if kind == "triton":
             cmd = [str(TRITON_SERVE), *ports]
-        else:
-            cmd = [sys.executable, "-m", "naiad", "serve", "--http-address", "127.0.0.1",
+        else:  # "naiad", or the path of another naiad's executable (--before)
+            naiad = [sys.executable, "-m", "naiad"] if kind == "naiad" else [kind]
+            cmd = [*naiad, "serve", "--http-address", "127.0.0.1",
                    "--grpc-address", "127.0.0.1", "--metrics-address", "127.0.0.1", *ports,
                    *extra]
         if cpus:
@@ -432,6 +433,9 @@ def main() -> None:
     parser.add_argument("--server-cpus", default="0", help="taskset list; empty: no pinning")
     parser.add_argument("--client-cpus", default="1", help="taskset list; empty: no pinning")
     parser.add_argument("--json-out", default="", help="write the raw rows here")
+    parser.add_argument("--before", action="append", default=[], metavar="NAME=EXE",
+                        help="also measure another naiad (e.g. an earlier commit's "
+                             "executable) as target NAME; add NAME to --targets")
     # the client process's own arguments
     parser.add_argument("--client", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
@@ -441,6 +445,9 @@ def main() -> None:
     if args.client:
         client_main(args)
         return
+    for extra in args.before:
+        name, _, exe = extra.partition("=")
+        TARGETS[name] = (exe, ())
     unknown = set(args.targets.split(",")) - set(TARGETS) - {""}
     if unknown:
         parser.error(f"unknown targets {sorted(unknown)}; known: {', '.join(TARGETS)}")
