@@ -3,9 +3,10 @@ out, flow control both ways.
 
 The protocol runs on the server's event loop. A unary ``ModelInfer`` is answered there
 (:class:`.loop_infer.LoopInfer`: decoded, submitted, encoded when its future completes,
-with no thread); every other call runs in the servicer's method handlers on a
-thread of the pool (:func:`.calls.run_call`), as on grpc's thread-pool server, and sends its
-answer back through the loop. What goes out in one round of the loop goes in one write.
+with no thread), and so is each request of a ``ModelStreamInfer``
+(:class:`.loop_stream.LoopStream`); every other call runs in the servicer's method handlers
+on a thread of the pool (:mod:`.handler_calls`), as on grpc's thread-pool server, and sends
+its answer back through the loop. What goes out in one round of the loop goes in one write.
 
 Flow control (RFC 9113 section 5.2): the client may send :data:`STREAM_WINDOW` bytes per
 call and :data:`CONNECTION_WINDOW` (or one message of the largest size, if more) on the
@@ -14,7 +15,8 @@ handed on (a unary call's message to its model, a stream's to its handler), so w
 connection can make naiad hold is bounded by it; a unary call's own window comes back as
 its data arrives (its message limit, ``--http-max-input-size``, bounds it), a stream's as
 its handler takes each message: a client streaming faster than its requests are served is
-slowed down, not buffered. What naiad sends waits for the client's windows
+slowed down, not buffered (a stream on the loop hands each message on as it comes, and its
+window goes back as a unary call's). What naiad sends waits for the client's windows
 (:mod:`.sending`).
 """
 
@@ -22,10 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import queue
-import threading
 import zlib
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol
 
@@ -33,7 +32,7 @@ import grpc
 
 from naiad.frontends.grpc import http2
 from naiad.frontends.grpc.call import Call
-from naiad.frontends.grpc.calls import CallContext, run_call
+from naiad.frontends.grpc.handler_calls import END, HandlerCalls
 from naiad.frontends.grpc.options import GRPCOptions
 from naiad.frontends.grpc.sending import Sender
 from naiad.frontends.grpc.status import bounded_message
@@ -46,7 +45,6 @@ STREAM_WINDOW = 4 * 1024 * 1024
 CONNECTION_WINDOW = 16 * 1024 * 1024
 _SERVICE_PREFIX = "/inference.GRPCInferenceService/"
 _STREAMING = frozenset({"ModelStreamInfer"})
-_END = object()  # the end of a stream's messages
 # Frame types whose payload has one size (RFC 9113 section 6).
 _FIXED_SIZES = {http2.RST_STREAM: 4, http2.PING: 8, http2.WINDOW_UPDATE: 4, http2.PRIORITY: 5}
 
@@ -79,7 +77,7 @@ class Service(Protocol):
     def start_stream(self, connection: GRPCConnection, call: Call) -> bool: ...
 
 
-class GRPCConnection(asyncio.Protocol):
+class GRPCConnection(HandlerCalls, asyncio.Protocol):
     """The HTTP/2 server side of one client connection."""
 
     def __init__(self, service: Service) -> None:
@@ -430,7 +428,7 @@ class GRPCConnection(asyncio.Protocol):
             call.stream.on_client_end()
             return
         if call.messages is not None:
-            call.messages.put(_END)
+            call.messages.put(END)
             return
         data = call.data
         if len(data) < 5:
@@ -478,11 +476,7 @@ class GRPCConnection(asyncio.Protocol):
     def start_stream(self, call: Call, timeout: float | None) -> None:
         if self.service.start_stream(self, call):
             return  # on the loop (.loop_stream), or refused
-        call.messages = queue.SimpleQueue()
-        call.writable = threading.Event()
-        call.writable.set()
-        call.context = self.context_of(call, timeout)
-        self.service.pool.submit(self.run_in_thread, call, b"")
+        self.start_stream_in_thread(call, timeout)
 
     def take_messages(self, call: Call) -> None:
         data = call.data
@@ -505,17 +499,6 @@ class GRPCConnection(asyncio.Protocol):
             call.unread += 5 + size
             call.messages.put((message, 5 + size))  # type: ignore[union-attr]
 
-    def messages(self, call: Call) -> Iterator[bytes]:
-        """A stream's messages, for its handler's thread; each gives back its window."""
-        get = call.messages.get  # type: ignore[union-attr]
-        while True:
-            item = get()
-            if item is _END:
-                return
-            message, size = item
-            self.loop.call_soon_threadsafe(self.message_taken, call, size)
-            yield message
-
     def stream_message_taken(self, call: Call, size: int) -> None:
         """A message of a stream run on the loop was handed on as it came: its window
         goes back as a unary call's does, once half the call's window is used (most
@@ -529,42 +512,7 @@ class GRPCConnection(asyncio.Protocol):
             self.write(http2.window_update(call.id, call.unread))
             call.unread = 0
 
-    def message_taken(self, call: Call, size: int) -> None:
-        if self.closing:
-            return
-        if call.held >= size:  # else the call is over and gave its window back
-            call.held -= size
-            self.give_back(size)
-        if not call.closed and not call.ended:
-            self.write(http2.window_update(call.id, size))
-
-    # --- calls run in the handlers (threads) --------------------------------------------
-
-    def run_in_thread(self, call: Call, request: bytes) -> None:
-        """Run ``call`` in the servicer's method handlers (on a pool thread)."""
-        context = call.context
-        if context is None:
-            context = call.context = self.context_of(call, None if call.deadline is None
-                                                     else call.deadline.when() - self.loop.time())
-        streaming = call.messages is not None
-
-        def send(data: bytes, uncompressed: bool) -> None:
-            if call.closed:
-                return
-            self.loop.call_soon_threadsafe(self.send_message, call, data, uncompressed)
-            if streaming:
-                call.writable.wait()  # type: ignore[union-attr]
-
-        code, details = run_call(self.service.handlers, call.method, streaming, request,
-                                 self.messages(call) if streaming else (), context, send)
-        self.loop.call_soon_threadsafe(self.finish, call, code, bounded_message(details))
-
-    def context_of(self, call: Call, seconds_left: float | None) -> CallContext:
-        """The context ``call``'s handler gets; what it cancels or ends, ends on the wire."""
-        call_soon = self.loop.call_soon_threadsafe
-        return CallContext(call.metadata, seconds_left,
-                           lambda: call_soon(self.cancel_call, call),
-                           lambda code, message: call_soon(self.end_now, call, code, message))
+    # --- ending calls ---------------------------------------------------------------------
 
     def end_now(self, call: Call, code: grpc.StatusCode, message: str) -> None:
         """End ``call`` with a status at once: what flow control still holds of its
@@ -638,7 +586,7 @@ class GRPCConnection(asyncio.Protocol):
         if call.writable is not None:
             call.writable.set()
         if call.messages is not None and not call.ended:
-            call.messages.put(_END)
+            call.messages.put(END)
         if not self.calls:
             self.last_activity = self.loop.time()
             if self.going_away:
