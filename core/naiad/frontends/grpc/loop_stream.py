@@ -103,7 +103,15 @@ class LoopStream(Stream):
         if threading.get_ident() == self._loop_thread:
             self._deliver(entry, response, final)
         else:
-            self.loop.call_soon_threadsafe(self._deliver, entry, response, final)
+            self._on_loop(self._deliver, entry, response, final)
+
+    def _on_loop(self, callback: Callable[..., object], *args: Any) -> None:
+        """Run ``callback`` on the loop, from another thread (a model's sender must not
+        fail because the server is stopping: then the loop is closed and nobody waits)."""
+        try:
+            self.loop.call_soon_threadsafe(callback, *args)
+        except RuntimeError:
+            pass
 
     def _deliver(self, entry: _Entry, response: InferenceResponse | None, final: bool
                  ) -> None:
@@ -166,7 +174,7 @@ class LoopStream(Stream):
         if threading.get_ident() == self._loop_thread:
             self.connection.end_now(self.call, code, message)
         else:
-            self.loop.call_soon_threadsafe(self.connection.end_now, self.call, code, message)
+            self._on_loop(self.connection.end_now, self.call, code, message)
 
     def _close(self) -> None:
         """Nothing more for this stream: cancel its requests, drop what it holds (on the
@@ -176,7 +184,7 @@ class LoopStream(Stream):
         if threading.get_ident() == self._loop_thread:
             self._release()
         else:
-            self.loop.call_soon_threadsafe(self._release)
+            self._on_loop(self._release)
 
     def _release(self) -> None:
         self.waiting.clear()

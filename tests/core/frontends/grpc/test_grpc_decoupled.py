@@ -242,3 +242,46 @@ def test_aio_stream_infer_gets_every_response(server):
     got = asyncio.run(run())
     assert [r.as_numpy("text_output")[0] for r in got] == [b"aio 0", b"aio 1", b"aio 2"]
     assert [final_flag(r) for r in got] == [False, False, True]
+
+
+# --- responses delivered from other threads ------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def in_process_server(tmp_path_factory):
+    """Python models in the server's process: their responses reach the stream from the
+    instance's thread (isolated workers deliver them on the event loop)."""
+    repo = write_streaming_repository(tmp_path_factory.mktemp("grpc-decoupled-in-process"))
+    with naiad_server("--model-repository", str(repo),
+                      "--backend-config", "python,execution-mode=in_process") as process:
+        yield process
+
+
+def test_responses_sent_from_model_threads_keep_each_requests_order(in_process_server):
+    opened = Stream(in_process_server.grpc_url)
+    try:
+        for name in ("a", "b"):
+            opened.client.async_stream_infer("repeat", repeat_inputs(*range(30)),
+                                             request_id=name, enable_empty_final_response=True)
+        inputs = [grpcclient.InferInput("INPUT0", [4], "FP32"),
+                  grpcclient.InferInput("INPUT1", [4], "FP32")]
+        for tensor in inputs:
+            tensor.set_data_from_numpy(np.arange(4, dtype=np.float32))
+        opened.client.async_stream_infer("add_sub", inputs, request_id="plain")
+        got = [opened.get() for _ in range(2 * 31 + 1)]
+        assert all(error is None for _, error in got)
+        per_request: dict[str, list[int]] = {}
+        finals = []
+        for result, _ in got:
+            request_id = result.get_response().id
+            if request_id == "plain":
+                np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), np.arange(4) * 2)
+                assert final_flag(result) is True
+            elif is_empty_final(result):
+                finals.append(request_id)
+            else:
+                per_request.setdefault(request_id, []).append(int(result.as_numpy("IDX")[0]))
+        assert per_request == {"a": list(range(30)), "b": list(range(30))}
+        assert sorted(finals) == ["a", "b"]
+    finally:
+        opened.close()
