@@ -9,6 +9,7 @@ repository errors are one line and exit status 2.
 from __future__ import annotations
 
 import http.client
+import re
 import subprocess
 import sys
 import time
@@ -24,7 +25,9 @@ from zoo import identity_config, write_model
 
 from naiad.testing import free_port, naiad_server
 
-INITIALIZE_S = 20  # the issue's figure
+# The model's initialize sleeps this long (the issue said 20 s; 12 s checks the same with
+# two progress lines, and leaves one of CI's two test processes idle 8 s less).
+INITIALIZE_S = 12
 PROGRESS_S = 4
 SLEEPY_PY = f"""
 import time
@@ -93,7 +96,8 @@ def test_live_at_once_ready_once_loaded_with_progress_in_the_log(tmp_path: Path)
     assert "loading model 'sleepy' version 1" in log
     assert f"model 'sleepy' version 1: initialize (1 instance(s)) still running after " \
            f"{PROGRESS_S} s" in log
-    assert "loaded model 'sleepy' version 1: ready in 2" in log  # 20.x s
+    ready_in = re.search(r"loaded model 'sleepy' version 1: ready in ([0-9.]+) s", log)
+    assert ready_in is not None and float(ready_in.group(1)) >= INITIALIZE_S, log
     assert "start-up models loaded: 1 ready, 0 failed" in log
     assert "input_pinned_memory" not in log  # the full configuration: --log-verbose only
 
