@@ -16,7 +16,7 @@ collected (``InferenceProfiler::Measure``). Two races in perf_analyzer leave it 
   (none in 240 runs of the other modes): the server had answered all 20 requests (5 on each
   of the 4 connections, by their byte counts), held none, every connection was idle, and
   perf_analyzer's only thread left was its main thread in ``clock_nanosleep`` under
-  ``InferenceProfiler::Measure`` (gdb). Holding the main thread 300 ms at
+  ``InferenceProfiler::Measure`` (gdb). Holding the main thread a second at
   ``SwapRequestRecords`` under gdb reproduces it every time, with ``--request-intervals`` and
   with the concurrency modes alike (over gRPC too). Upstream's code is unchanged
   (perf_analyzer ``main``, 2025-12).

@@ -351,36 +351,47 @@ def test_a_request_naiad_holds_is_not_excused(perf_analyzer, repository, server,
 
 
 # perf_analyzer's two races (perf_analyzer_hang.py), made certain under gdb.
-# Discarded records: hold the main thread 300 ms where it empties the workers' records at the
+# Discarded records: hold the main thread a second where it empties the workers' records at the
 # start of the measurement, while the workers send and record every request.
 DISCARDED_RECORDS_GDB = """
 set pagination off
 set confirm off
 break triton::perfanalyzer::LoadManager::SwapRequestRecords
 run
-call (int) usleep(300000)
+call (int) usleep(1000000)
 delete
 continue
 """
-# Lost wake-up: let the main thread reach ResumeWorkers, run one worker alone up to its call
-# to condition_variable::wait (HandleExecuteOff+240 in the 2.51 binary: its predicate has just
-# read execute_ false), run the main thread alone through ResumeWorkers (execute_ = true,
-# notify_all), then let every thread go.
+# Lost wake-up: stop the first worker that reaches its call to condition_variable::wait
+# (HandleExecuteOff+240 in the 2.51 binary: its predicate has just read execute_ false); run
+# the main thread alone through ResumeWorkers (execute_ = true, notify_all: nobody waits yet),
+# unless it is past it already; then let every thread go.
 LOST_WAKE_UP_GDB = """
 set pagination off
 set confirm off
-break triton::perfanalyzer::RequestRateManager::ResumeWorkers
+break main
 run
+delete
+tbreak *('triton::perfanalyzer::RequestRateWorker::HandleExecuteOff'+240)
+continue
 python
 import gdb
-worker = max(t.num for t in gdb.selected_inferior().threads())
-gdb.execute("tbreak *('triton::perfanalyzer::RequestRateWorker::HandleExecuteOff'+240)"
-            " thread %d" % worker)
+def functions(thread):
+    thread.switch()
+    frame, names = gdb.newest_frame(), []
+    while frame is not None:
+        names.append(frame.name() or "")
+        frame = frame.older()
+    return " ".join(names)
+main = next(t for t in gdb.selected_inferior().threads() if t.num == 1)
+stack = functions(main)
 gdb.execute("set scheduler-locking on")
-gdb.execute("thread %d" % worker)
-gdb.execute("continue")
-gdb.execute("thread 1")
-gdb.execute("finish")
+if "ResumeWorkers" in stack or "notify_all" in stack:
+    gdb.execute("finish")
+elif "InitCustomIntervals" in stack:
+    gdb.execute("tbreak triton::perfanalyzer::RequestRateManager::ResumeWorkers thread 1")
+    gdb.execute("continue")
+    gdb.execute("finish")
 gdb.execute("set scheduler-locking off")
 end
 continue
