@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import shutil
+import subprocess
 import time
 import urllib.request
 import warnings
@@ -410,6 +411,9 @@ def test_perf_analyzers_own_hang_is_told_apart(perf_analyzer, server, client, da
     gdb = shutil.which("gdb")
     if gdb is None:
         pytest.skip("gdb is not installed (Debian: apt-get install gdb)")
+    if subprocess.run([gdb, "-batch", "-ex", "python print(1)"], capture_output=True,
+                      text=True, timeout=60 * SECONDS).stdout.strip() != "1":
+        pytest.skip(f"{gdb} has no Python scripting")
     (tmp_path / "race.gdb").write_text(script)
     under_gdb = dataclasses.replace(
         perf_analyzer, wrapper=(gdb, "-batch", "-x", str(tmp_path / "race.gdb"), "--args"))
