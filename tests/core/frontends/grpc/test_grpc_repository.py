@@ -19,7 +19,9 @@ A = np.array([1, 2, 3, 4], dtype=np.float32)
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    repo = write_repository(tmp_path_factory.mktemp("grpc-repo"))
+    # the two models the tests use (not one per datatype: a worker process each)
+    repo = write_repository(tmp_path_factory.mktemp("grpc-repo"),
+                            only=("identity_batch", "broken"))
     with naiad_server("--model-repository", str(repo), "--model-control-mode", "explicit",
                       "--load-model", "*", "--exit-on-error=false", "--strict-readiness=false",
                       "--http-max-input-size", str(MIB)) as process:

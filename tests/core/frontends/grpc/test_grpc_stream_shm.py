@@ -21,7 +21,9 @@ B = np.array([10, 20, 30, 40], dtype=np.float32)
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    repo = write_repository(tmp_path_factory.mktemp("grpc-stream"))
+    # the two models the tests use (not one per datatype: a worker process each)
+    repo = write_repository(tmp_path_factory.mktemp("grpc-stream"),
+                            only=("add_sub", identity_name("INT32")))
     with naiad_server("--model-repository", str(repo), "--exit-on-error=false",
                       "--strict-readiness=false") as process:
         yield process
