@@ -4,6 +4,7 @@ Every test module gets its own pair of server processes (module scope), started 
 on ``tests/compat/model_repository`` (or the module's ``COMPAT_MODEL_REPOSITORY``) with the
 module's ``COMPAT_SERVER_ARGS`` (default: none)
 plus ``--exit-on-error=false`` (the repository holds two models that fail to load on purpose).
+A module that names ``COMPAT_MODELS`` gets a copy of the repository with only those models.
 Each test sends the same requests to both and compares the answers, so per-module statistics
 and metrics match as long as every test talks to both servers.
 
@@ -20,6 +21,7 @@ Environment:
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 import threading
 from pathlib import Path
@@ -55,11 +57,27 @@ def pytest_naiad_skip_reasons(config: pytest.Config) -> list[tuple[str, str]]:
     return [("triton_serve_script", f"Triton compat suite skipped: {NO_SCRIPTS}")]
 
 
+def model_subset(repository: Path, models: tuple[str, ...], folder: Path) -> Path:
+    """A copy of ``models`` of ``repository`` in ``folder``: each model of the repository is
+    a Python stub or worker process in both servers (about a second of CPU per model in
+    all), so a module that uses a few serves only those (``COMPAT_MODELS``)."""
+    for name in models:
+        shutil.copytree(repository / name, folder / name,
+                        ignore=shutil.ignore_patterns("__pycache__"))
+    return folder
+
+
 @pytest.fixture(scope="module")
-def servers(request: pytest.FixtureRequest, triton_serve_script: Path) -> Any:  # noqa: F811
+def servers(request: pytest.FixtureRequest, triton_serve_script: Path,  # noqa: F811
+            tmp_path_factory: pytest.TempPathFactory) -> Any:
     args = list(getattr(request.module, "COMPAT_SERVER_ARGS", []))
     repository = Path(getattr(request.module, "COMPAT_MODEL_REPOSITORY", MODEL_REPOSITORY))
     expect = tuple(getattr(request.module, "COMPAT_EXPECT_READY", GOOD_MODELS))
+    models = getattr(request.module, "COMPAT_MODELS", None)
+    if models is not None:
+        repository = model_subset(repository, tuple(models),
+                                  tmp_path_factory.mktemp("compat-models"))
+        expect = tuple(name for name in expect if name in models)
     env = {"TRITON_PEER_DIR": str(TRITON_PEER_DIR)}
     triton = compat_server(
         triton_cmd(triton_serve_script, args, repository), expect, env=env,

@@ -25,6 +25,8 @@ COMPAT_SERVER_ARGS = [arg for spec in SPECS
                       for arg in (f"--http-restricted-api={spec}",
                                   f"--grpc-restricted-protocol={spec}")]
 
+COMPAT_MODELS = ("add_sub",)  # the only model these requests name
+
 INFER = {"inputs": [
     {"name": "INPUT0", "shape": [4], "datatype": "FP32", "data": [1, 2, 3, 4]},
     {"name": "INPUT1", "shape": [4], "datatype": "FP32", "data": [5, 6, 7, 8]},
