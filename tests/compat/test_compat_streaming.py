@@ -41,6 +41,9 @@ from tritonclient.grpc import service_pb2_grpc as pbg  # noqa: E402
 
 STREAMING_MODELS = ("repeat", "text_stream", "cancel_watch")
 COMPAT_EXPECT_READY = (*GOOD_MODELS, *STREAMING_MODELS)
+# the models these requests name (conftest.py serves only these)
+COMPAT_MODELS = ("add_sub", "strings", "identity_batch", "raises", "error_response",
+                 *STREAMING_MODELS)
 EVENT_STREAM = "text/event-stream"
 ONE_RESPONSE = ("generate expects model to produce exactly 1 response, use generate stream "
                 "for model that generates various number of responses")
