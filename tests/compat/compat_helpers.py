@@ -19,6 +19,7 @@ import http.client
 import json
 import math
 import re
+import shutil
 import struct
 import time
 from collections.abc import Callable, Iterable
@@ -488,3 +489,13 @@ def check_infer(t: HttpResult, n: HttpResult) -> None:
         f"Content-Type: triton {t.content_type!r}, naiad {n.content_type!r}"
     )
     assert_same(decode_infer_response(t), decode_infer_response(n), "inference response")
+
+
+def model_subset(repository: Path, models: tuple[str, ...], folder: Path) -> Path:
+    """A copy of ``models`` of ``repository`` in ``folder``: each model of the repository is
+    a Python stub or worker process in both servers (about a second of CPU per model in
+    all), so a module that uses a few serves only those (``COMPAT_MODELS``)."""
+    for name in models:
+        shutil.copytree(repository / name, folder / name,
+                        ignore=shutil.ignore_patterns("__pycache__"))
+    return folder

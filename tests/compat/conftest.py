@@ -21,7 +21,6 @@ Environment:
 from __future__ import annotations
 
 import os
-import shutil
 import sys
 import threading
 from pathlib import Path
@@ -33,7 +32,7 @@ HERE = Path(__file__).resolve().parent
 if str(HERE) not in sys.path:  # compat_helpers, also under --import-mode=importlib
     sys.path.insert(0, str(HERE))
 
-from compat_helpers import GOOD_MODELS, MODEL_REPOSITORY  # noqa: E402
+from compat_helpers import GOOD_MODELS, MODEL_REPOSITORY, model_subset  # noqa: E402
 from compat_peer import (  # noqa: E402
     NO_SCRIPTS,
     SELF_TEST,
@@ -55,16 +54,6 @@ def pytest_naiad_skip_reasons(config: pytest.Config) -> list[tuple[str, str]]:
     if all(path.exists() for path in scripts) or os.environ.get("NAIAD_REQUIRE_TRITON") == "1":
         return []
     return [("triton_serve_script", f"Triton compat suite skipped: {NO_SCRIPTS}")]
-
-
-def model_subset(repository: Path, models: tuple[str, ...], folder: Path) -> Path:
-    """A copy of ``models`` of ``repository`` in ``folder``: each model of the repository is
-    a Python stub or worker process in both servers (about a second of CPU per model in
-    all), so a module that uses a few serves only those (``COMPAT_MODELS``)."""
-    for name in models:
-        shutil.copytree(repository / name, folder / name,
-                        ignore=shutil.ignore_patterns("__pycache__"))
-    return folder
 
 
 @pytest.fixture(scope="module")

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
-from compat_helpers import GOOD_MODELS, MODEL_REPOSITORY, http_request, on_both
+from compat_helpers import MODEL_REPOSITORY, http_request, model_subset, on_both
 from compat_peer import (
     SELF_TEST,
     START_TIMEOUT,
@@ -26,6 +26,8 @@ from compat_peer import (
 )
 
 TRACE_ARGS = ["--trace-config", "level=TIMESTAMPS", "--trace-config", "rate=1000"]
+# the models these tests name: the ensemble and its two steps
+MODELS = ("add_sub", "mul", "pipeline")
 
 
 @pytest.fixture(scope="module")
@@ -35,12 +37,13 @@ def traced(tmp_path_factory: pytest.TempPathFactory, triton_serve_script: Path) 
     folder = tmp_path_factory.mktemp("traces")
     files = {"triton": folder / "triton.json", "naiad": folder / "naiad.json"}
     env = {"TRITON_PEER_DIR": str(TRITON_PEER_DIR)}
+    repository = model_subset(MODEL_REPOSITORY, MODELS, tmp_path_factory.mktemp("models"))
     servers = {}
     for name, file in files.items():
         args = [*TRACE_ARGS, "--trace-config", f"triton,file={file}"]
-        cmd = (naiad_cmd(args, MODEL_REPOSITORY) if name == "naiad" and not SELF_TEST
-               else triton_cmd(triton_serve_script, args, MODEL_REPOSITORY))
-        servers[name] = compat_server(cmd, GOOD_MODELS, env=env, ready_timeout=START_TIMEOUT)
+        cmd = (naiad_cmd(args, repository) if name == "naiad" and not SELF_TEST
+               else triton_cmd(triton_serve_script, args, repository))
+        servers[name] = compat_server(cmd, MODELS, env=env, ready_timeout=START_TIMEOUT)
     starters = [threading.Thread(target=s.start) for s in servers.values()]
     for thread in starters:
         thread.start()
