@@ -383,37 +383,44 @@ def test_shutdown_ends_a_worker_stuck_in_execute(repo: Path) -> None:
 # --- bad configurations ------------------------------------------------------------------
 
 
-def test_instance_count_above_the_limit_fails_the_load(repo: Path) -> None:
+@pytest.fixture(scope="module")
+def explicit_server(repo: Path) -> Iterator[ServerProcess]:
+    """Nothing loaded at start, at most 4 instances a model: the bad loads below (each
+    fails and leaves the model unloaded, so they share it)."""
     with naiad_server("--model-repository", str(repo), "--model-control-mode=explicit",
                       "--max-instances-per-model", "4") as process:
-        client = _http(process)
-        config = json.dumps({"backend": "python", "instance_group": [{"count": 5}],
-                             "input": [{"name": "ACTION", "data_type": "TYPE_STRING",
-                                        "dims": [1]}],
-                             "output": [{"name": "INFO", "data_type": "TYPE_STRING",
-                                         "dims": [1]}]})
-        with pytest.raises(InferenceServerException) as info:
-            client.load_model("probe", config=config)
-        assert info.value.status() == "400"
-        assert "asks for 5 instances, more than the 4" in info.value.message()
-        client.load_model("add_sub")  # the server keeps serving
-        _add_sub_works(process)
+        yield process
 
 
-def test_an_unknown_execution_mode_fails_the_load(repo: Path) -> None:
-    with naiad_server("--model-repository", str(repo), "--model-control-mode=explicit") \
-            as process:
-        client = _http(process)
-        config = json.dumps({"backend": "python",
-                             "parameters": {"EXECUTION_MODE": {"string_value": "sideways"}},
-                             "input": [{"name": "ACTION", "data_type": "TYPE_STRING",
-                                        "dims": [1]}],
-                             "output": [{"name": "INFO", "data_type": "TYPE_STRING",
-                                         "dims": [1]}]})
-        with pytest.raises(InferenceServerException) as info:
-            client.load_model("probe", config=config)
-        assert "EXECUTION_MODE is 'sideways', expected one of isolated, in_process" \
-            in info.value.message()
+def test_instance_count_above_the_limit_fails_the_load(explicit_server: ServerProcess) -> None:
+    process = explicit_server
+    client = _http(process)
+    config = json.dumps({"backend": "python", "instance_group": [{"count": 5}],
+                         "input": [{"name": "ACTION", "data_type": "TYPE_STRING",
+                                    "dims": [1]}],
+                         "output": [{"name": "INFO", "data_type": "TYPE_STRING",
+                                     "dims": [1]}]})
+    with pytest.raises(InferenceServerException) as info:
+        client.load_model("probe", config=config)
+    assert info.value.status() == "400"
+    assert "asks for 5 instances, more than the 4" in info.value.message()
+    client.load_model("add_sub")  # the server keeps serving
+    _add_sub_works(process)
+
+
+def test_an_unknown_execution_mode_fails_the_load(explicit_server: ServerProcess) -> None:
+    client = _http(explicit_server)
+    config = json.dumps({"backend": "python",
+                         "parameters": {"EXECUTION_MODE": {"string_value": "sideways"}},
+                         "input": [{"name": "ACTION", "data_type": "TYPE_STRING",
+                                    "dims": [1]}],
+                         "output": [{"name": "INFO", "data_type": "TYPE_STRING",
+                                     "dims": [1]}]})
+    with pytest.raises(InferenceServerException) as info:
+        client.load_model("probe", config=config)
+    assert "EXECUTION_MODE is 'sideways', expected one of isolated, in_process" \
+        in info.value.message()
+    assert not client.is_model_ready("probe")
 
 
 # --- a model using a framework, in both modes ---------------------------------------------
@@ -441,26 +448,36 @@ class TritonPythonModel:
 """
 
 
-@pytest.mark.parametrize("mode", ["isolated", "in_process"])
-def test_a_model_using_torch_serves_in_both_modes(tmp_path: Path, mode: str) -> None:
-    torch = pytest.importorskip("torch")
-    config = f"""
-name: "linear"
+@pytest.fixture(scope="module")
+def torch_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    """One server with the torch model in each mode (linear_isolated, linear_in_process)."""
+    pytest.importorskip("torch")
+    repo = tmp_path_factory.mktemp("torch-modes")
+    for mode in ("isolated", "in_process"):
+        config = f"""
+name: "linear_{mode}"
 backend: "python"
 input [ {{ name: "INPUT0", data_type: TYPE_FP32, dims: [ 3, 4 ] }} ]
 output [ {{ name: "OUTPUT0", data_type: TYPE_FP32, dims: [ 3, 2 ] }} ]
 parameters {{ key: "EXECUTION_MODE" value: {{ string_value: "{mode}" }} }}
 """
-    write_model(tmp_path, "linear", config, TORCH_PY)
+        write_model(repo, f"linear_{mode}", config, TORCH_PY)
+    with naiad_server("--model-repository", str(repo)) as process:
+        yield process
+
+
+@pytest.mark.parametrize("mode", ["isolated", "in_process"])
+def test_a_model_using_torch_serves_in_both_modes(torch_server: ServerProcess,
+                                                  mode: str) -> None:
+    torch = pytest.importorskip("torch")
     torch.manual_seed(0)
     expected_layer = torch.nn.Linear(4, 2)
     data = np.arange(12, dtype=np.float32).reshape(3, 4)
     with torch.no_grad():
         expected = expected_layer(torch.from_numpy(data)).numpy()
-    with naiad_server("--model-repository", str(tmp_path)) as process:
-        for module, url in ((httpclient, process.http_url), (grpcclient, process.grpc_url)):
-            client = module.InferenceServerClient(url)
-            tensor = module.InferInput("INPUT0", [3, 4], "FP32")
-            tensor.set_data_from_numpy(data)
-            got = client.infer("linear", [tensor]).as_numpy("OUTPUT0")
-            np.testing.assert_allclose(got, expected, rtol=1e-6)
+    for module, url in ((httpclient, torch_server.http_url), (grpcclient, torch_server.grpc_url)):
+        client = module.InferenceServerClient(url)
+        tensor = module.InferInput("INPUT0", [3, 4], "FP32")
+        tensor.set_data_from_numpy(data)
+        got = client.infer(f"linear_{mode}", [tensor]).as_numpy("OUTPUT0")
+        np.testing.assert_allclose(got, expected, rtol=1e-6)
