@@ -135,12 +135,19 @@ def test_two_refusals_are_reported_together():
     assert [p.split("=")[0] for p in problems] == ["--allow-sagemaker", "--model-namespacing"]
 
 
-def test_inert_flags_say_in_the_log_that_they_change_nothing(tmp_path):
-    write_model(tmp_path, "add_sub", ADD_SUB_CONFIG, ADD_SUB_PY)
-    with naiad_server("--model-repository", str(tmp_path), "--http-thread-count=16",
+@pytest.fixture(scope="module")
+def flagged_server(tmp_path_factory):
+    """One server for the flags that do not touch each other: four inert ones and --id."""
+    repo = tmp_path_factory.mktemp("flagged")
+    write_model(repo, "add_sub", ADD_SUB_CONFIG, ADD_SUB_PY)
+    with naiad_server("--model-repository", str(repo), "--http-thread-count=16",
                       "--pinned-memory-pool-byte-size=0", "--cuda-memory-pool-byte-size=0:0",
-                      "--cache-directory=/opt/tritonserver/caches") as server:
-        log = server.log()
+                      "--cache-directory=/opt/tritonserver/caches", "--id=edge-7") as server:
+        yield server
+
+
+def test_inert_flags_say_in_the_log_that_they_change_nothing(flagged_server):
+    log = flagged_server.log()
     for flag in ("--http-thread-count", "--pinned-memory-pool-byte-size",
                  "--cuda-memory-pool-byte-size", "--cache-directory"):
         reason = next(rule.reason for rule in INERT if rule.flag == flag)
@@ -148,12 +155,11 @@ def test_inert_flags_say_in_the_log_that_they_change_nothing(tmp_path):
     assert "--grpc-infer-allocation-pool-size" not in log  # only the flags given
 
 
-def test_id_names_the_server_in_its_metadata(tmp_path):
-    with naiad_server("--model-repository", str(tmp_path), "--id=edge-7") as server:
-        with httpclient.InferenceServerClient(server.http_url) as client:
-            assert client.get_server_metadata()["name"] == "edge-7"
-        with grpcclient.InferenceServerClient(server.grpc_url) as client:
-            assert client.get_server_metadata().name == "edge-7"
+def test_id_names_the_server_in_its_metadata(flagged_server):
+    with httpclient.InferenceServerClient(flagged_server.http_url) as client:
+        assert client.get_server_metadata()["name"] == "edge-7"
+    with grpcclient.InferenceServerClient(flagged_server.grpc_url) as client:
+        assert client.get_server_metadata().name == "edge-7"
 
 
 def test_default_server_name_is_naiad(server):
