@@ -66,3 +66,20 @@ def write_repository(root: Path, only: Collection[str] | None = None) -> Path:
         if only is None or name in only:
             write_model(repo, name, config, model_py)
     return repo
+
+
+def sample(datatype: str, shape: tuple[int, ...] = (2, 3)) -> np.ndarray:
+    """Test data of ``datatype`` with awkward values (extremes, non-UTF-8 bytes)."""
+    count = int(np.prod(shape))
+    if datatype == "BYTES":
+        values = [b"", b"hello", "wörld".encode(), b"\xff\x00\xfe"] * count
+        return np.array(values[:count], dtype=np.object_).reshape(shape)
+    if datatype == "BOOL":
+        return (np.arange(count) % 3 == 0).reshape(shape)
+    dtype = np.dtype(DATATYPES[datatype])
+    if dtype.kind in "iu":
+        info = np.iinfo(dtype)
+        values = [info.min, info.max, 0, 1, info.max // 3, info.min // 7 if info.min else 7]
+        return np.array((values * count)[:count], dtype=dtype).reshape(shape)
+    values = [1.5, -2.25, 0.0, 1024.0, -0.125, 3.0]
+    return np.array((values * count)[:count], dtype=np.float32).astype(dtype).reshape(shape)
