@@ -1,8 +1,10 @@
 """``ModelStreamInfer``: one bidirectional stream, any number of requests in flight on it.
 
-A reader thread takes requests off the stream and hands each to
+In grpc's method handler (``--grpc-server=grpcio``, frontend processes, a restricted stream)
+a reader thread takes requests off the stream and hands each to
 :meth:`InferenceServer.stream`; the handler's generator (:meth:`Stream.responses`) sends
-what comes back. As tritonserver 2.51 does (tests/compat/TRITON_OBSERVED.md, "Streaming"):
+what comes back. naiad's own gRPC server runs the same stream on its event loop instead
+(:mod:`.loop_stream`). As tritonserver 2.51 does (tests/compat/TRITON_OBSERVED.md, "Streaming"):
 
 - every response a decoupled model sends is a ``ModelStreamInferResponse`` as soon as it
   comes, whatever the order of the requests, with ``triton_final_response`` false, and true
