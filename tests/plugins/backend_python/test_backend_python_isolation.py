@@ -392,14 +392,17 @@ def explicit_server(repo: Path) -> Iterator[ServerProcess]:
         yield process
 
 
+def _probe_config(**fields: object) -> str:
+    """The JSON config of a Python model 'probe' (ACTION in, INFO out) with ``fields``."""
+    return json.dumps({"backend": "python", **fields,
+                       "input": [{"name": "ACTION", "data_type": "TYPE_STRING", "dims": [1]}],
+                       "output": [{"name": "INFO", "data_type": "TYPE_STRING", "dims": [1]}]})
+
+
 def test_instance_count_above_the_limit_fails_the_load(explicit_server: ServerProcess) -> None:
     process = explicit_server
     client = _http(process)
-    config = json.dumps({"backend": "python", "instance_group": [{"count": 5}],
-                         "input": [{"name": "ACTION", "data_type": "TYPE_STRING",
-                                    "dims": [1]}],
-                         "output": [{"name": "INFO", "data_type": "TYPE_STRING",
-                                     "dims": [1]}]})
+    config = _probe_config(instance_group=[{"count": 5}])
     with pytest.raises(InferenceServerException) as info:
         client.load_model("probe", config=config)
     assert info.value.status() == "400"
@@ -410,12 +413,7 @@ def test_instance_count_above_the_limit_fails_the_load(explicit_server: ServerPr
 
 def test_an_unknown_execution_mode_fails_the_load(explicit_server: ServerProcess) -> None:
     client = _http(explicit_server)
-    config = json.dumps({"backend": "python",
-                         "parameters": {"EXECUTION_MODE": {"string_value": "sideways"}},
-                         "input": [{"name": "ACTION", "data_type": "TYPE_STRING",
-                                    "dims": [1]}],
-                         "output": [{"name": "INFO", "data_type": "TYPE_STRING",
-                                     "dims": [1]}]})
+    config = _probe_config(parameters={"EXECUTION_MODE": {"string_value": "sideways"}})
     with pytest.raises(InferenceServerException) as info:
         client.load_model("probe", config=config)
     assert "EXECUTION_MODE is 'sideways', expected one of isolated, in_process" \
