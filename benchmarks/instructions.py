@@ -1,0 +1,220 @@
+#!/usr/bin/env python3
+"""Instructions per request in naiad's engine, counted by callgrind.
+
+Why: on this project's shared 2-core machine req/s and CPU time move 15-35 % between two
+runs of the same code, so a change worth 5 % cannot be seen in them however many rounds are
+taken. callgrind (valgrind) counts the instructions the engine process executes, which does
+not depend on the machine's load: the same code gives the same count to a fraction of a
+percent. It does not count the kernel (system calls, wake-ups) or cache misses, so it
+complements ``process_cpu.py``, it does not replace it: use it to see whether a change to
+the request path's code makes it cheaper, and process_cpu.py for what that is worth.
+
+How: each target serves ``payloads.py``'s ``identity`` model (the Triton Python model,
+FP32 [1, 16]) with its default settings: the model runs in its worker process, which is not
+under valgrind (only the engine is counted). Once the server is ready and warmed up, counting
+is switched on (``callgrind_control``), the engine is counted idle for ``--idle`` seconds
+(timers and housekeeping, subtracted pro rata), then h2load sends ``--requests`` requests
+one at a time per protocol (concurrency 1: every request is its own message to the worker,
+so the count does not depend on timing), and the counts are read from callgrind's dumps.
+
+    .venv/bin/python benchmarks/instructions.py --protocols http,grpc --requests 300
+    .venv/bin/python benchmarks/instructions.py --before before=/tmp/before
+
+``--before NAME=DIR``: a naiad checkout (``git worktree add --detach DIR REV``) measured as
+target NAME: its ``core``, ``plugins/*`` and ``tools/*`` go first on ``PYTHONPATH``, with
+this checkout's virtual environment. Needs valgrind and h2load.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import payloads
+import protocol_overhead as po
+
+HERE = Path(__file__).resolve().parent
+REPO_ROOT = HERE.parent
+# valgrind runs the engine's start-up about ten times slower than natively
+READY_TIMEOUT_S = 600.0
+WARMUP_REQUESTS = 40
+
+
+@dataclass
+class Target:
+    name: str
+    checkout: Path | None = None  # None: this checkout, as installed
+    ports: dict[str, int] = field(default_factory=dict)
+
+    def env(self) -> dict[str, str]:
+        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        if self.checkout is not None:
+            paths = [self.checkout / "core"]
+            for group in ("plugins", "tools"):
+                paths += sorted(p for p in (self.checkout / group).iterdir() if p.is_dir())
+            env["PYTHONPATH"] = os.pathsep.join(map(str, paths))
+        return env
+
+
+def h2load(argv: list[str], requests: int) -> tuple[int, str]:
+    """Run h2load for exactly ``requests`` requests; (requests that succeeded, output)."""
+    p = subprocess.run(["h2load", "-t1", "-c1", "-m1", "-n", str(requests), *argv],
+                       capture_output=True, text=True, timeout=3600)
+    m = re.search(r"requests: \d+ total, \d+ started, \d+ done, (\d+) succeeded", p.stdout)
+    return (int(m.group(1)) if m else 0), p.stdout + p.stderr
+
+
+def load(target: Target, protocol: str, requests: int, payload_dir: Path) -> int:
+    if protocol == "http":
+        argv = ["--h1", "-d", str(payload_dir / "identity.json"),
+                "-H", "content-type: application/json",
+                f"http://127.0.0.1:{target.ports['http']}/v2/models/identity/infer"]
+    else:
+        argv = ["-d", str(payload_dir / "identity.grpc"),
+                "-H", "content-type: application/grpc", "-H", "te: trailers",
+                f"http://127.0.0.1:{target.ports['grpc']}{payloads.GRPC_INFER_PATH}"]
+    done, out = h2load(argv, requests)
+    if done != requests:
+        raise RuntimeError(f"{target.name} {protocol}: {done} of {requests} requests "
+                           f"succeeded:\n{out[-600:]}")
+    return done
+
+
+def ready(port: int) -> bool:
+    try:
+        return po.http_get(port, "/v2/models/identity/ready", 5.0) == 200
+    except OSError:
+        return False
+
+
+def callgrind_control(pid: int, *options: str) -> None:
+    subprocess.run(["callgrind_control", *options, str(pid)], check=True,
+                   capture_output=True, timeout=120)
+
+
+def dumped_total(out_base: Path, seen: set[Path]) -> int:
+    """The instruction count of the dump callgrind wrote last (a file not in ``seen``)."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        for path in sorted(out_base.parent.glob(out_base.name + ".*")):
+            if path in seen:
+                continue
+            m = re.search(r"^totals: (\d+)", path.read_text(errors="replace"), re.M)
+            if m:
+                seen.add(path)
+                return int(m.group(1))
+        time.sleep(0.2)
+    raise RuntimeError(f"no callgrind dump appeared next to {out_base}")
+
+
+def measure(target: Target, args: argparse.Namespace, work: Path, repo: Path,
+            payload_dir: Path) -> dict[str, float]:
+    target.ports = {k: po.free_port() for k in ("http", "grpc", "metrics")}
+    out_base = work / f"callgrind.{target.name}"
+    cmd = ["valgrind", "--tool=callgrind", "--instr-atstart=no",
+           f"--callgrind-out-file={out_base}", sys.executable, "-m", "naiad", "serve",
+           "--model-repository", str(repo), "--http-port", str(target.ports["http"]),
+           "--grpc-port", str(target.ports["grpc"]),
+           "--metrics-port", str(target.ports["metrics"]), "--http-address", "127.0.0.1",
+           "--grpc-address", "127.0.0.1", "--metrics-address", "127.0.0.1", *args.naiad_arg]
+    log = (work / f"{target.name}.log").open("wb")
+    proc = subprocess.Popen(cmd, env=target.env(), stdout=log, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        while not ready(target.ports["http"]):
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"{target.name} did not get ready; its log: "
+                                   f"{work / (target.name + '.log')}")
+            time.sleep(1.0)
+        for protocol in args.protocols:
+            load(target, protocol, WARMUP_REQUESTS, payload_dir)
+        seen: set[Path] = set()
+        callgrind_control(proc.pid, "--instr=on")
+        callgrind_control(proc.pid, "--zero")
+        started = time.monotonic()
+        time.sleep(args.idle)
+        callgrind_control(proc.pid, "--dump=idle")
+        idle_per_s = dumped_total(out_base, seen) / (time.monotonic() - started)
+        result = {}
+        for protocol in args.protocols:
+            callgrind_control(proc.pid, "--zero")
+            started = time.monotonic()
+            done = load(target, protocol, args.requests, payload_dir)
+            callgrind_control(proc.pid, f"--dump={protocol}")
+            total = dumped_total(out_base, seen)
+            idle = idle_per_s * (time.monotonic() - started)
+            result[protocol] = (total - idle) / done
+            print(f"  {target.name} {protocol}: {result[protocol]:,.0f} instructions per "
+                  f"request ({done} requests; idle {idle / total:.1%} of the count)",
+                  flush=True)
+        callgrind_control(proc.pid, "--instr=off")
+        return result
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        log.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--protocols", default="http,grpc",
+                    type=lambda s: [p for p in s.split(",") if p])
+    ap.add_argument("--requests", type=int, default=300, help="counted requests per protocol")
+    ap.add_argument("--idle", type=float, default=3.0,
+                    help="seconds counted with no request, subtracted pro rata")
+    ap.add_argument("--before", action="append", default=[], metavar="NAME=DIR",
+                    help="a naiad checkout to measure as target NAME")
+    ap.add_argument("--naiad-arg", action="append", default=[],
+                    help="an extra flag for every naiad target")
+    ap.add_argument("--json-out")
+    ap.add_argument("--keep", metavar="DIR",
+                    help="keep callgrind's dumps (callgrind_annotate reads them) in DIR")
+    args = ap.parse_args(argv)
+    for tool in ("valgrind", "callgrind_control", "h2load"):
+        if shutil.which(tool) is None:
+            ap.error(f"{tool} is not installed")
+    targets = [Target("naiad")]  # this checkout
+    for spec in args.before:
+        name, _, path = spec.partition("=")
+        if not (Path(path) / "core" / "naiad").is_dir():
+            ap.error(f"--before {spec}: {path} is not a naiad checkout")
+        targets.append(Target(name, Path(path).resolve()))
+    results: dict[str, dict[str, float]] = {}
+    with tempfile.TemporaryDirectory(prefix="naiad-instructions-") as tmp:
+        work = Path(args.keep or tmp)
+        work.mkdir(parents=True, exist_ok=True)
+        repo = po.write_repository(work)
+        payload_dir = po.write_payloads(work)
+        for target in targets:
+            results[target.name] = measure(target, args, work, repo, payload_dir)
+    print("\n| target | " + " | ".join(f"{p} instructions/request" for p in args.protocols)
+          + " |")
+    print("|---|" + "---|" * len(args.protocols))
+    base = results["naiad"]
+    for name, row in results.items():
+        cells = []
+        for p in args.protocols:
+            ratio = "" if name == "naiad" else f" ({row[p] / base[p]:.3f}x naiad)"
+            cells.append(f"{row[p]:,.0f}{ratio}")
+        print(f"| {name} | " + " | ".join(cells) + " |")
+    if args.json_out:
+        Path(args.json_out).write_text(json.dumps(results, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
