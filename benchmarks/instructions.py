@@ -10,12 +10,13 @@ complements ``process_cpu.py``, it does not replace it: use it to see whether a 
 the request path's code makes it cheaper, and process_cpu.py for what that is worth.
 
 How: each target serves ``payloads.py``'s ``identity`` model (the Triton Python model,
-FP32 [1, 16]) with its default settings: the model runs in its worker process, which is not
-under valgrind (only the engine is counted). Once the server is ready and warmed up, counting
-is switched on (``callgrind_control``), the engine is counted idle for ``--idle`` seconds
-(timers and housekeeping, subtracted pro rata), then h2load sends ``--requests`` requests
-one at a time per protocol (concurrency 1: every request is its own message to the worker,
-so the count does not depend on timing), and the counts are read from callgrind's dumps.
+FP32 [1, 16]) with its default settings: the model runs in its worker process, counted too
+(``--no-workers``: the worker runs natively and only the engine is counted). Once the server
+is ready and warmed up, counting is switched on (``callgrind_control``), the processes are
+counted idle for ``--idle`` seconds (timers and housekeeping, subtracted pro rata), then
+h2load sends ``--requests`` requests one at a time per protocol (concurrency 1: every
+request is its own message to the worker, so the count does not depend on timing), and the
+counts are read from callgrind's dumps, per process.
 
     .venv/bin/python benchmarks/instructions.py --protocols http,grpc --requests 300
     .venv/bin/python benchmarks/instructions.py --before before=/tmp/before
@@ -89,6 +90,12 @@ def load(target: Target, protocol: str, requests: int, payload_dir: Path) -> int
     return done
 
 
+def cpu_ticks(pid: int) -> int:
+    """User and system CPU time a process used so far, in clock ticks."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return int(fields[11]) + int(fields[12])
+
+
 def ready(port: int) -> bool:
     try:
         return po.http_get(port, "/v2/models/identity/ready", 5.0) == 200
@@ -101,19 +108,38 @@ def callgrind_control(pid: int, *options: str) -> None:
                    capture_output=True, timeout=120)
 
 
-def dumped_total(out_base: Path, seen: set[Path]) -> int:
-    """The instruction count of the dump callgrind wrote last (a file not in ``seen``)."""
+def dumped_totals(out_base: Path, pids: list[int], seen: set[Path]) -> dict[int, int]:
+    """The instruction count of each process's latest dump (files not in ``seen``)."""
+    totals: dict[int, int] = {}
     deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        for path in sorted(out_base.parent.glob(out_base.name + ".*")):
-            if path in seen:
+    while time.monotonic() < deadline and len(totals) < len(pids):
+        for pid in pids:
+            if pid in totals:
                 continue
-            m = re.search(r"^totals: (\d+)", path.read_text(errors="replace"), re.M)
-            if m:
-                seen.add(path)
-                return int(m.group(1))
+            for path in sorted(out_base.parent.glob(f"{out_base.name}.{pid}.*")):
+                if path in seen:
+                    continue
+                m = re.search(r"^totals: (\d+)", path.read_text(errors="replace"), re.M)
+                if m:
+                    seen.add(path)
+                    totals[pid] = int(m.group(1))
+                    break
         time.sleep(0.2)
-    raise RuntimeError(f"no callgrind dump appeared next to {out_base}")
+    if len(totals) < len(pids):
+        raise RuntimeError(f"no callgrind dump of {sorted(set(pids) - set(totals))} appeared "
+                           f"next to {out_base}")
+    return totals
+
+
+def children(pid: int) -> list[int]:
+    """The processes ``pid`` started (its Python workers)."""
+    found = []
+    for task in Path(f"/proc/{pid}/task").iterdir():  # any thread may have started one
+        try:
+            found += [int(p) for p in (task / "children").read_text().split()]
+        except OSError:
+            continue
+    return found
 
 
 def measure(target: Target, args: argparse.Namespace, work: Path, repo: Path,
@@ -121,7 +147,8 @@ def measure(target: Target, args: argparse.Namespace, work: Path, repo: Path,
     target.ports = {k: po.free_port() for k in ("http", "grpc", "metrics")}
     out_base = work / f"callgrind.{target.name}"
     cmd = ["valgrind", "--tool=callgrind", "--instr-atstart=no",
-           f"--callgrind-out-file={out_base}", sys.executable, "-m", "naiad", "serve",
+           f"--trace-children={'yes' if args.workers else 'no'}",
+           f"--callgrind-out-file={out_base}.%p", sys.executable, "-m", "naiad", "serve",
            "--model-repository", str(repo), "--http-port", str(target.ports["http"]),
            "--grpc-port", str(target.ports["grpc"]),
            "--metrics-port", str(target.ports["metrics"]), "--http-address", "127.0.0.1",
@@ -135,28 +162,47 @@ def measure(target: Target, args: argparse.Namespace, work: Path, repo: Path,
                 raise RuntimeError(f"{target.name} did not get ready; its log: "
                                    f"{work / (target.name + '.log')}")
             time.sleep(1.0)
+        workers = children(proc.pid)
+        before = {pid: cpu_ticks(pid) for pid in workers}
         for protocol in args.protocols:
             load(target, protocol, WARMUP_REQUESTS, payload_dir)
+        # the engine, and the worker that serves identity (the one the warm-up kept busy)
+        pids = [proc.pid]
+        if args.workers:
+            if not workers:
+                raise RuntimeError(f"{target.name} has no worker process to count")
+            pids.append(max(workers, key=lambda pid: cpu_ticks(pid) - before[pid]))
+        roles = ["engine", "worker"][:len(pids)]
         seen: set[Path] = set()
-        callgrind_control(proc.pid, "--instr=on")
-        callgrind_control(proc.pid, "--zero")
+
+        def control(*options: str) -> None:
+            for pid in pids:
+                callgrind_control(pid, *options)
+
+        control("--instr=on")
+        control("--zero")
         started = time.monotonic()
         time.sleep(args.idle)
-        callgrind_control(proc.pid, "--dump=idle")
-        idle_per_s = dumped_total(out_base, seen) / (time.monotonic() - started)
-        result = {}
+        control("--dump=idle")
+        elapsed = time.monotonic() - started
+        idle_per_s = {pid: n / elapsed for pid, n in dumped_totals(out_base, pids, seen).items()}
+        result: dict[str, float] = {}
         for protocol in args.protocols:
-            callgrind_control(proc.pid, "--zero")
+            control("--zero")
             started = time.monotonic()
             done = load(target, protocol, args.requests, payload_dir)
-            callgrind_control(proc.pid, f"--dump={protocol}")
-            total = dumped_total(out_base, seen)
-            idle = idle_per_s * (time.monotonic() - started)
-            result[protocol] = (total - idle) / done
-            print(f"  {target.name} {protocol}: {result[protocol]:,.0f} instructions per "
-                  f"request ({done} requests; idle {idle / total:.1%} of the count)",
-                  flush=True)
-        callgrind_control(proc.pid, "--instr=off")
+            control(f"--dump={protocol}")
+            totals = dumped_totals(out_base, pids, seen)
+            elapsed = time.monotonic() - started
+            cells = []
+            for pid, role in zip(pids, roles):
+                idle = idle_per_s[pid] * elapsed
+                result[f"{protocol} {role}"] = (totals[pid] - idle) / done
+                cells.append(f"{role} {result[f'{protocol} {role}']:,.0f} (idle "
+                             f"{idle / totals[pid]:.1%} of its count)")
+            print(f"  {target.name} {protocol}, instructions per request ({done} requests): "
+                  + ", ".join(cells), flush=True)
+        control("--instr=off")
         return result
     finally:
         proc.terminate()
@@ -174,10 +220,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--protocols", default="http,grpc",
                     type=lambda s: [p for p in s.split(",") if p])
     ap.add_argument("--requests", type=int, default=300, help="counted requests per protocol")
-    ap.add_argument("--idle", type=float, default=3.0,
+    ap.add_argument("--idle", type=float, default=5.0,
                     help="seconds counted with no request, subtracted pro rata")
     ap.add_argument("--before", action="append", default=[], metavar="NAME=DIR",
                     help="a naiad checkout to measure as target NAME")
+    ap.add_argument("--no-workers", dest="workers", action="store_false",
+                    help="count the engine only (the worker runs natively)")
     ap.add_argument("--naiad-arg", action="append", default=[],
                     help="an extra flag for every naiad target")
     ap.add_argument("--json-out")
@@ -201,15 +249,15 @@ def main(argv: list[str] | None = None) -> int:
         payload_dir = po.write_payloads(work)
         for target in targets:
             results[target.name] = measure(target, args, work, repo, payload_dir)
-    print("\n| target | " + " | ".join(f"{p} instructions/request" for p in args.protocols)
-          + " |")
-    print("|---|" + "---|" * len(args.protocols))
+    columns = list(results["naiad"])
+    print("\n| instructions per request | " + " | ".join(columns) + " |")
+    print("|---|" + "---|" * len(columns))
     base = results["naiad"]
     for name, row in results.items():
         cells = []
-        for p in args.protocols:
-            ratio = "" if name == "naiad" else f" ({row[p] / base[p]:.3f}x naiad)"
-            cells.append(f"{row[p]:,.0f}{ratio}")
+        for column in columns:
+            ratio = "" if name == "naiad" else f" ({row[column] / base[column]:.3f}x naiad)"
+            cells.append(f"{row[column]:,.0f}{ratio}")
         print(f"| {name} | " + " | ".join(cells) + " |")
     if args.json_out:
         Path(args.json_out).write_text(json.dumps(results, indent=1))

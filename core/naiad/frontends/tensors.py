@@ -91,6 +91,11 @@ def _numbers(flat: list, datatype: str) -> np.ndarray:
                                 f"({info.min} to {info.max})")
     if kind != "f" or datatype == "FP64":  # JSON numbers are doubles: FP64 holds them all
         return np.asarray(flat, dtype=dtype)
+    largest = _LARGEST.get(datatype)
+    if largest is not None and flat and -largest <= min(flat) and max(flat) <= largest:
+        # Nothing can overflow (a NaN fails a comparison and takes the checked way below):
+        # numpy's errstate costs more than the conversion itself.
+        return np.asarray(flat, dtype=dtype)
     # A finite value too large for the datatype would silently become infinity (then null
     # in a JSON answer): refuse it. FP16/FP32 casts signal it; bfloat16's do not.
     try:
@@ -101,6 +106,10 @@ def _numbers(flat: list, datatype: str) -> np.ndarray:
     if data is None or (datatype == "BF16" and _finite_became_infinite(flat, data)):
         raise OverflowError(_float_overflow(flat, datatype))
     return data
+
+
+# The largest finite FP16 and FP32 values: a list within them converts without overflow.
+_LARGEST = {name: float(np.finfo(NUMPY_DTYPES[name]).max) for name in ("FP16", "FP32")}
 
 
 def _finite_became_infinite(flat: list, data: np.ndarray) -> bool:

@@ -71,15 +71,41 @@ class ModelStats:
                          output_ns: int) -> None:
         """One backend execution of a batch holding ``batch_size`` inferences."""
         with self._lock:
-            self.execution_count += 1
-            batch = self.batches.get(batch_size)
-            if batch is None:
-                batch = self.batches[batch_size] = BatchStats()
-            batch.compute_input.add(input_ns)
-            batch.compute_infer.add(infer_ns)
-            batch.compute_output.add(output_ns)
-            if self.distributions is not None:
-                self.distributions.execution(batch_size)
+            self._executed(batch_size, input_ns, infer_ns, output_ns)
+
+    def _executed(self, batch_size: int, input_ns: int, infer_ns: int, output_ns: int
+                  ) -> None:
+        # Duration.add written out here and in _succeeded: they run for every request.
+        self.execution_count += 1
+        batch = self.batches.get(batch_size)
+        if batch is None:
+            batch = self.batches[batch_size] = BatchStats()
+        duration = batch.compute_input
+        duration.count += 1
+        duration.ns += input_ns
+        duration = batch.compute_infer
+        duration.count += 1
+        duration.ns += infer_ns
+        duration = batch.compute_output
+        duration.count += 1
+        duration.ns += output_ns
+        if self.distributions is not None:
+            self.distributions.execution(batch_size)
+
+    def record_executed_request(self, ok: bool, batch_size: int, total_ns: int,
+                                queue_ns: int, input_ns: int, infer_ns: int,
+                                output_ns: int) -> None:
+        """One request that ran alone in an execution: :meth:`record_execution` and
+        :meth:`record_request` together, under one acquisition of the lock."""
+        now_ms = time.time_ns() // 1_000_000
+        with self._lock:
+            self._executed(batch_size, input_ns, infer_ns, output_ns)
+            if ok:
+                self._succeeded(batch_size, total_ns, queue_ns, input_ns, infer_ns, output_ns)
+            else:
+                self.fail.add(total_ns)
+                self.failures[BACKEND] = self.failures.get(BACKEND, 0) + 1
+            self.last_inference_ms = now_ms
 
     def record_request(self, ok: bool, batch_size: int, total_ns: int, queue_ns: int,
                        input_ns: int, infer_ns: int, output_ns: int,
@@ -90,19 +116,32 @@ class ModelStats:
         now_ms = time.time_ns() // 1_000_000
         with self._lock:
             if ok:
-                self.inference_count += batch_size
-                self.success.add(total_ns)
-                self.queue.add(queue_ns)
-                self.compute_input.add(input_ns)
-                self.compute_infer.add(infer_ns)
-                self.compute_output.add(output_ns)
-                if self.distributions is not None:
-                    self.distributions.request(total_ns, queue_ns, input_ns, infer_ns,
-                                               output_ns)
+                self._succeeded(batch_size, total_ns, queue_ns, input_ns, infer_ns, output_ns)
             else:
                 self.fail.add(total_ns)
                 self.failures[failure] = self.failures.get(failure, 0) + 1
             self.last_inference_ms = now_ms
+
+    def _succeeded(self, batch_size: int, total_ns: int, queue_ns: int, input_ns: int,
+                   infer_ns: int, output_ns: int) -> None:
+        self.inference_count += batch_size
+        duration = self.success
+        duration.count += 1
+        duration.ns += total_ns
+        duration = self.queue
+        duration.count += 1
+        duration.ns += queue_ns
+        duration = self.compute_input
+        duration.count += 1
+        duration.ns += input_ns
+        duration = self.compute_infer
+        duration.count += 1
+        duration.ns += infer_ns
+        duration = self.compute_output
+        duration.count += 1
+        duration.ns += output_ns
+        if self.distributions is not None:
+            self.distributions.request(total_ns, queue_ns, input_ns, infer_ns, output_ns)
 
     def record_cancelled(self, batch_size: int, arrival_ns: int) -> None:
         """A request that never ran because its client cancelled it (withdrawn from a queue,

@@ -57,9 +57,8 @@ class DefaultScheduler(Scheduler):
         if refused_as_cancelled(execution.responses[0]):  # the model never saw it
             self.stats.record_cancelled(batch, arrival)
         else:
-            self.stats.record_execution(batch, 0, end - start, finished - end)
-            self.stats.record_request(not execution.failed, batch, finished - arrival, queued,
-                                      0, end - start, finished - end)
+            self.stats.record_executed_request(not execution.failed, batch, finished - arrival,
+                                               queued, 0, end - start, finished - end)
         request.durations = (queued, 0, end - start, finished - end)
         return execution.responses[0]
 

@@ -129,3 +129,18 @@ def test_a_bfloat16_infinity_given_as_one_stays_one_and_a_finite_overflow_is_ref
     assert np.isinf(back.data[0]) and float(back.data[1]) == -1.5
     with pytest.raises(InferenceServerError, match="out of range for BF16"):
         from_list("m", "X", "BF16", (2,), [float("inf"), 1e39])
+
+
+@pytest.mark.parametrize("datatype,largest", [("FP16", 65504.0), ("FP32", 3.4028234663852886e38)])
+def test_a_finite_value_beyond_fp16_or_fp32_is_refused_and_the_largest_one_kept(datatype,
+                                                                               largest):
+    # the quick bound check, then the checked conversion for what it cannot settle: a NaN
+    # (which fails every comparison), a value that rounds down to the largest, infinities
+    assert float(from_list("m", "X", datatype, (2,), [largest, -largest]).data[0]) == largest
+    rounds_down = float(np.nextafter(largest, np.inf))
+    assert float(from_list("m", "X", datatype, (1,), [rounds_down]).data[0]) == largest
+    for values in ([largest * 2], [float("nan"), largest * 2], [1, -largest * 2]):
+        with pytest.raises(InferenceServerError, match=f"out of range for {datatype}"):
+            from_list("m", "X", datatype, (len(values),), values)
+    back = from_list("m", "X", datatype, (3,), [float("nan"), float("-inf"), 1])
+    assert np.isnan(back.data[0]) and np.isneginf(back.data[1]) and back.data[2] == 1

@@ -121,3 +121,20 @@ def test_several_requests_in_one_execution():
     assert doc["execution_count"] == 1
     assert doc["inference_stats"]["success"] == {"count": 3, "ns": 30}
 
+
+
+def test_an_executed_request_adds_what_its_execution_and_its_request_add():
+    """record_executed_request (the default scheduler's one request per execution) is
+    record_execution then record_request, for a success and for a failure."""
+    for ok in (True, False):
+        together, apart = ModelStats("m", 1), ModelStats("m", 1)
+        together.record_executed_request(ok, 2, 900, 100, 0, 700, 50)
+        together.record_executed_request(ok, 1, 500, 10, 0, 400, 30)
+        for batch, total, queued, infer, output in ((2, 900, 100, 700, 50),
+                                                    (1, 500, 10, 400, 30)):
+            apart.record_execution(batch, 0, infer, output)
+            apart.record_request(ok, batch, total, queued, 0, infer, output)
+        counted, expected = together.as_dict(), apart.as_dict()
+        assert counted.pop("last_inference") > 0 and expected.pop("last_inference") > 0
+        assert counted == expected  # (the two clocks were read at different times)
+        assert together.failures == apart.failures

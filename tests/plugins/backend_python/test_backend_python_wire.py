@@ -272,3 +272,27 @@ def test_a_binary_header_crosses_the_socket_with_its_payload(pair):
     header, received, fds = right.receive()
     assert header == PLAIN_RESULT and not fds
     np.testing.assert_array_equal(np.frombuffer(received, np.float32), payload)
+
+
+def test_pack_execute_is_the_plain_execute_header_without_the_dict(pair):
+    """What the server sends for the usual batch (naiad_stub_headers.pack_execute) is the
+    binary header encode_header makes of the same dict, and reads back as that dict."""
+    for header in (PLAIN_EXECUTE, dict(PLAIN_EXECUTE, out=4096)):
+        requests = [(m["id"], m["outputs"], m["inputs"]) for m in header["requests"]]
+        packed = wire.pack_execute(header["id"], header["out"], requests)
+        assert packed == wire.encode_header(header)
+    left, right = pair
+    left.send(packed, [memoryview(b"x" * 64)])
+    received, payload, fds = right.receive()
+    assert received == dict(PLAIN_EXECUTE, out=4096) and bytes(payload) == b"x" * 64
+    assert not fds
+
+
+def test_pack_execute_refuses_what_the_layout_cannot_hold():
+    # the sender then builds the dict, which goes as JSON ("long-id" above)
+    with pytest.raises(wire.struct.error):
+        wire.pack_execute(1, None, [("x" * 70000, None, [])])
+    with pytest.raises(KeyError):
+        wire.pack_execute(1, None, [("", None, [["T", "FP128", [1], "p", 0, 16]])])
+    with pytest.raises(ValueError, match="descriptors need a header"):
+        wire.frame_parts(wire.pack_execute(1, None, []), [], [3])

@@ -58,18 +58,14 @@ class InferHeaders(NamedTuple):
 
 
 def infer_headers(headers: Headers) -> InferHeaders:
-    content_length = header_length = None
-    encoding = accept = ""
-    for key, value in headers:
-        if key == b"content-length":
-            content_length = int(value) if value.isdigit() else None
-        elif key == HEADER_LENGTH_BYTES:
-            header_length = value
-        elif key == b"content-encoding":
-            encoding = value.decode("latin-1")
-        elif key == b"accept-encoding":
-            accept = value.decode("latin-1")
-    return InferHeaders(content_length, header_length, encoding, accept)
+    found = dict(headers)  # a repeated header: its last value, as the loop it replaces
+    length = found.get(b"content-length")
+    encoding = found.get(b"content-encoding")
+    accept = found.get(b"accept-encoding")
+    return InferHeaders(int(length) if length is not None and length.isdigit() else None,
+                        found.get(HEADER_LENGTH_BYTES),
+                        "" if encoding is None else encoding.decode("latin-1"),
+                        "" if accept is None else accept.decode("latin-1"))
 
 
 class Answer(NamedTuple):

@@ -17,6 +17,7 @@ import asyncio
 import collections
 import logging
 import os
+import struct
 import threading
 import time
 import weakref
@@ -53,6 +54,9 @@ class _Staged(NamedTuple):
     # Some request streams its responses (decoupled) or can be cancelled: the channel
     # keeps track of it (most batches, HTTP's, have neither).
     watched: bool
+    # No request has parameters or a trace: the header can be packed straight to its
+    # binary form (naiad_stub_headers.pack_execute).
+    plain: bool
 
 
 class _Pending(NamedTuple):
@@ -186,16 +190,19 @@ class WorkerChannel:
         tensors = []
         size = 0
         watched = False
+        plain = True
         for request in requests:
             if request.sender is not None or request.cancellation is not None:
                 watched = True
+            if request.parameters or request.trace is not None:
+                plain = False
             staged = []
             for tensor in request.inputs.values():
                 data = wire.tensor_buffer(tensor.datatype, tensor.data)
                 size += wire.align(len(data))
                 staged.append((tensor.name, tensor.datatype, tensor.data.shape, data))
             tensors.append(staged)
-        batch = _Staged(requests, tensors, size, done, watched)
+        batch = _Staged(requests, tensors, size, done, watched, plain)
         with self._lock:
             gone = self._gone
             wants_region = size >= self.regions.inline_max and not self._region_failed
@@ -237,24 +244,23 @@ class WorkerChannel:
                 batch.done(WorkerDied("the worker process has ended"))
                 return
             packer = wire.Packer(region)
-            messages = []
+            requests = []
             for request, tensors in zip(batch.requests, batch.tensors, strict=True):
                 requested = request.requested_outputs
-                messages.append({
-                    "id": request.id,
-                    "parameters": request.parameters or None,
-                    "outputs": None if requested is None else [o.name for o in requested],
-                    "inputs": [packer.add_buffer(name, datatype, shape, data)
-                               for name, datatype, shape, data in tensors],
-                })
-                if request.trace is not None:  # a traced request: its BLS calls name it
-                    messages[-1]["trace"] = request.trace.id
-                    self.traces[request.trace.id] = request.trace
-            header: dict[str, Any] = {"op": "execute", "id": batch_id, "requests": messages,
-                                      "out": packer.offset if region is not None else None}
-            if fds and region is not None:
-                header["region_size"] = region.size
+                requests.append((request.id,
+                                 None if requested is None else [o.name for o in requested],
+                                 [packer.add_buffer(name, datatype, shape, data)
+                                  for name, datatype, shape, data in tensors]))
+            out = packer.offset if region is not None else None
             assert self._send_frame is not None, "submit before start_reading"
+            header = None
+            if batch.plain and not fds:  # the usual batch: no dict, no JSON
+                try:
+                    header = wire.pack_execute(batch_id, out, requests)
+                except (KeyError, struct.error):
+                    header = None  # a field beyond the binary layout: JSON carries it
+            if header is None:
+                header = self._execute_header(batch, batch_id, out, requests, region, fds)
             self._send_frame(header, packer.payload, fds)
             if batch.watched:
                 self._watch_cancellations(batch.requests, batch_id)
@@ -265,6 +271,26 @@ class WorkerChannel:
                 os.close(fd)
             if holds_region and region is None:
                 self._release_region()  # no region could be made: the batch went inline
+
+    def _execute_header(self, batch: _Staged, batch_id: int, out: int | None,
+                        requests: list[tuple[str, list[str] | None, list[wire.Descriptor]]],
+                        region: wire.Region | None, fds: list[int]) -> dict[str, Any]:
+        """The ``execute`` header as a dict (it goes as JSON when it has parameters, a
+        trace or a new region; naiad_stub_main reads both forms)."""
+        messages = []
+        for request, (request_id, outputs, inputs) in zip(batch.requests, requests,
+                                                          strict=True):
+            message = {"id": request_id, "parameters": request.parameters or None,
+                       "outputs": outputs, "inputs": inputs}
+            if request.trace is not None:  # a traced request: its BLS calls name it
+                message["trace"] = request.trace.id
+                self.traces[request.trace.id] = request.trace
+            messages.append(message)
+        header: dict[str, Any] = {"op": "execute", "id": batch_id, "requests": messages,
+                                  "out": out}
+        if fds and region is not None:
+            header["region_size"] = region.size
+        return header
 
     def _watch_cancellations(self, requests: Sequence[InferenceRequest], batch_id: int
                              ) -> None:
@@ -376,6 +402,11 @@ class WorkerChannel:
     def _handle(self, reply: dict, payload: memoryview, fds: list[int]) -> None:
         """One message from the worker (on the reader thread or the loop)."""
         op = reply.get("op")
+        if op == "result":  # first: one per batch
+            if fds:
+                wire.close_fds(fds)  # only the messages below bring descriptors
+            self._finished(reply, payload)
+            return
         if op == "response":
             self._streamed(reply, payload, fds)
             return
@@ -384,9 +415,7 @@ class WorkerChannel:
             calls.handle(reply, payload, fds)
             return
         wire.close_fds(fds)  # only the messages above bring descriptors
-        if op == "result":
-            self._finished(reply, payload)
-        elif op == "log":
+        if op == "log":
             self._log(reply)
         elif op == "finalized":
             self._finalize_reply = reply
@@ -549,7 +578,8 @@ class WorkerChannel:
             if error is None:
                 for descriptor in answer["outputs"]:
                     name, datatype, array = wire.unpack(descriptor, region, payload, copy=True)
-                    output_bytes += wire.align(descriptor[5])
+                    if region is not None:
+                        output_bytes += wire.align(descriptor[5])
                     outputs.append(Tensor(name, datatype, array.shape, array))
             responses.append(model_response(outputs, answer.get("parameters"), error))
         if region is not None:

@@ -254,6 +254,8 @@ class LoopTransport:
 
 def _after(parts: list[Any], sent: int) -> list[Any]:
     """What of ``parts`` is left after ``sent`` bytes went."""
+    if sent >= sum(map(len, parts)):  # the usual case, without a loop in Python
+        return []
     for index, part in enumerate(parts):
         size = len(part)
         if sent < size:

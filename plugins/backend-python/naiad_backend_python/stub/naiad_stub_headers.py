@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import struct
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 Descriptor = List[Any]
 
@@ -61,32 +61,42 @@ def _pack_tensor(parts: List[bytes], descriptor: Descriptor) -> None:
     parts.append(_shape_struct(len(shape)).pack(*shape))
 
 
+def pack_execute(batch: int, out: Optional[int],
+                 requests: Sequence[Tuple[str, Optional[Sequence[str]], Sequence[Descriptor]]]
+                 ) -> bytes:
+    """The binary header of a plain ``execute`` (no request parameters, no trace), from
+    what the sender holds, without a dict: per request its id, the outputs it asks for
+    (None: all) and its inputs' descriptors; ``out``: where the outputs may start in the
+    region (None: no region). ``struct.error`` (``KeyError`` for an unknown datatype) when
+    a field does not fit the layout."""
+    parts: List[bytes] = [_EXECUTE_HEAD.pack(_EXECUTE, batch, -1 if out is None else out,
+                                             len(requests))]
+    for request_id, outputs, inputs in requests:
+        data = request_id.encode("utf-8")
+        parts.append(_REQUEST_HEAD.pack(len(data), -1 if outputs is None else len(outputs),
+                                        len(inputs)))
+        parts.append(data)
+        for name in outputs or ():
+            _pack_text(parts, name)
+        for descriptor in inputs:
+            _pack_tensor(parts, descriptor)
+    return b"".join(parts)
+
+
 def _binary_header(header: dict) -> bytes | None:
     """The binary form of a plain ``execute`` or ``result`` header, or None for every other
     header (JSON carries those)."""
     op = header.get("op")
-    parts: List[bytes] = []
     if op == "execute" and header.keys() == _EXECUTE_KEYS:
-        out = header["out"]
-        requests = header["requests"]
-        parts.append(_EXECUTE_HEAD.pack(_EXECUTE, header["id"], -1 if out is None else out,
-                                        len(requests)))
-        for message in requests:
-            if message["parameters"] or "trace" in message:
-                return None
-            outputs = message["outputs"]
-            inputs = message["inputs"]
-            data = message["id"].encode("utf-8")
-            parts.append(_REQUEST_HEAD.pack(len(data), -1 if outputs is None else len(outputs),
-                                            len(inputs)))
-            parts.append(data)
-            for name in outputs or ():
-                _pack_text(parts, name)
-            for descriptor in inputs:
-                _pack_tensor(parts, descriptor)
-        return b"".join(parts)
+        messages = header["requests"]
+        if any(message["parameters"] or "trace" in message for message in messages):
+            return None
+        return pack_execute(header["id"], header["out"],
+                            [(message["id"], message["outputs"], message["inputs"])
+                             for message in messages])
     if op == "result" and header.keys() == _RESULT_KEYS:
         responses = header["responses"]
+        parts: List[bytes] = []
         parts.append(_RESULT_HEAD.pack(_RESULT, header["id"], len(responses)))
         for response in responses:
             if response["parameters"] or response["error"] is not None:

@@ -18,6 +18,7 @@ messages every request makes in its plain form, which have a fixed binary layout
 (:func:`encode_header`; the first byte tells them apart from ``{``): ``execute`` when no
 request carries parameters or a trace and no region comes with it, and ``result`` when
 no response carries parameters or an error. Either way the receiver gets the same dict.
+The server packs a plain ``execute`` without building the dict (``pack_execute``).
 No pickle: either end may be any Python.
 
 Tensors travel as descriptors ``[name, datatype, shape, place, offset, nbytes]``:
@@ -43,8 +44,9 @@ from collections.abc import Sequence
 from typing import Any, List, Tuple
 
 import numpy as np
-from naiad_stub_headers import decode_header, encode_header
+from naiad_stub_headers import decode_header, encode_header, pack_execute  # noqa: F401
 
+# pack_execute above: the server packs its plain batches with it, through this module.
 PROTOCOL_VERSION = 3
 ALIGNMENT = 64
 # The largest header accepted: a frame announcing more is a broken peer, not a message.
@@ -325,15 +327,21 @@ PREFIX_SIZE = _PREFIX.size
 ANCILLARY_SPACE = _ANCILLARY
 
 
-def frame_parts(header: dict, buffers: Sequence[memoryview] = (),
+def frame_parts(header: dict | bytes, buffers: Sequence[memoryview] = (),
                 fds: Sequence[int] = ()) -> List[Any]:
-    """The pieces of one frame, to write in order (``sendmsg``). A frame that carries
-    descriptors says how many in its header: the receiver takes that many of those that
-    arrived, in order (they come with the frame's first byte, which one read may take
-    together with the end of the frame before)."""
-    if fds:
-        header = dict(header, fds=len(fds))
-    head = encode_header(header)
+    """The pieces of one frame, to write in order (``sendmsg``). ``header``: a dict, or
+    bytes :func:`naiad_stub_headers.pack_execute` encoded (no descriptors come with
+    those). A frame that carries descriptors says how many in its header: the receiver
+    takes that many of those that arrived, in order (they come with the frame's first
+    byte, which one read may take together with the end of the frame before)."""
+    if type(header) is bytes:
+        if fds:
+            raise ValueError("descriptors need a header that counts them (a dict)")
+        head = header
+    else:
+        if fds:
+            header = dict(header, fds=len(fds))
+        head = encode_header(header)
     payload_size = 0
     for buffer in buffers:
         payload_size += len(buffer)
