@@ -17,7 +17,6 @@ import asyncio
 import collections
 import logging
 import os
-import struct
 import threading
 import time
 import weakref
@@ -27,6 +26,7 @@ from typing import Any, NamedTuple
 from naiad.errors import InferenceServerError, Status, unavailable
 from naiad.types import InferenceClient, InferenceRequest, InferenceResponse, Tensor
 from naiad_backend_python.isolated.calls import Handler, ServerCalls
+from naiad_backend_python.isolated.execute_header import RequestEntry, execute_header
 from naiad_backend_python.isolated.regions import RegionPolicy, free_space
 from naiad_backend_python.isolated.transport import LoopTransport
 from naiad_backend_python.responses import model_response, status_named
@@ -55,7 +55,7 @@ class _Staged(NamedTuple):
     # keeps track of it (most batches, HTTP's, have neither).
     watched: bool
     # No request has parameters or a trace: the header can be packed straight to its
-    # binary form (naiad_stub_headers.pack_execute).
+    # binary form (execute_header).
     plain: bool
 
 
@@ -244,23 +244,18 @@ class WorkerChannel:
                 batch.done(WorkerDied("the worker process has ended"))
                 return
             packer = wire.Packer(region)
-            requests = []
+            entries: list[RequestEntry] = []
             for request, tensors in zip(batch.requests, batch.tensors, strict=True):
                 requested = request.requested_outputs
-                requests.append((request.id,
-                                 None if requested is None else [o.name for o in requested],
-                                 [packer.add_buffer(name, datatype, shape, data)
-                                  for name, datatype, shape, data in tensors]))
-            out = packer.offset if region is not None else None
+                entries.append((request.id,
+                                None if requested is None else [o.name for o in requested],
+                                [packer.add_buffer(name, datatype, shape, data)
+                                 for name, datatype, shape, data in tensors]))
             assert self._send_frame is not None, "submit before start_reading"
-            header = None
-            if batch.plain and not fds:  # the usual batch: no dict, no JSON
-                try:
-                    header = wire.pack_execute(batch_id, out, requests)
-                except (KeyError, struct.error):
-                    header = None  # a field beyond the binary layout: JSON carries it
-            if header is None:
-                header = self._execute_header(batch, batch_id, out, requests, region, fds)
+            header = execute_header(
+                batch_id, packer.offset if region is not None else None, batch.requests,
+                entries, batch.plain and not fds,
+                region.size if fds and region is not None else None, self.traces)
             self._send_frame(header, packer.payload, fds)
             if batch.watched:
                 self._watch_cancellations(batch.requests, batch_id)
@@ -271,26 +266,6 @@ class WorkerChannel:
                 os.close(fd)
             if holds_region and region is None:
                 self._release_region()  # no region could be made: the batch went inline
-
-    def _execute_header(self, batch: _Staged, batch_id: int, out: int | None,
-                        requests: list[tuple[str, list[str] | None, list[wire.Descriptor]]],
-                        region: wire.Region | None, fds: list[int]) -> dict[str, Any]:
-        """The ``execute`` header as a dict (it goes as JSON when it has parameters, a
-        trace or a new region; naiad_stub_main reads both forms)."""
-        messages = []
-        for request, (request_id, outputs, inputs) in zip(batch.requests, requests,
-                                                          strict=True):
-            message = {"id": request_id, "parameters": request.parameters or None,
-                       "outputs": outputs, "inputs": inputs}
-            if request.trace is not None:  # a traced request: its BLS calls name it
-                message["trace"] = request.trace.id
-                self.traces[request.trace.id] = request.trace
-            messages.append(message)
-        header: dict[str, Any] = {"op": "execute", "id": batch_id, "requests": messages,
-                                  "out": out}
-        if fds and region is not None:
-            header["region_size"] = region.size
-        return header
 
     def _watch_cancellations(self, requests: Sequence[InferenceRequest], batch_id: int
                              ) -> None:
