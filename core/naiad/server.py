@@ -19,6 +19,7 @@ import logging
 import threading
 import time
 from concurrent.futures import Future, InvalidStateError
+from functools import partial
 from pathlib import Path
 
 from naiad.errors import InferenceServerError, Status, unavailable
@@ -26,6 +27,7 @@ from naiad.metadata import ServerMetadata
 from naiad.metrics.histogram import Histogram
 from naiad.model_client import ServerModels
 from naiad.models.control import ModelControl
+from naiad.models.gate import VersionGate
 from naiad.models.manager import ModelManager
 from naiad.models.poller import RepositoryPoller
 from naiad.models.progress import progress
@@ -379,8 +381,7 @@ class InferenceServer(ServerMetadata, ModelControl):
                 trace.abandon()
             raise
         self._flying.add(future)  # before the callback that removes it, which may run now
-        future.add_done_callback(self._left)
-        future.add_done_callback(gate.leave)
+        future.add_done_callback(partial(self._left, gate))
         if trace is not None:
             trace.watch(request, future)
         if request.cancellation is not None:
@@ -411,13 +412,15 @@ class InferenceServer(ServerMetadata, ModelControl):
         with self._in_flight_lock:
             self.in_flight -= 1
 
-    def _left(self, future: Future[InferenceResponse]) -> None:
-        """A request's future is done, on whichever thread finished it."""
+    def _left(self, gate: VersionGate, future: Future[InferenceResponse]) -> None:
+        """A request's future is done, on whichever thread finished it: it leaves the
+        server's count and its version's gate (one callback: these run for every request)."""
         self._flying.discard(future)  # atomic under the GIL, as add
         lock = self._in_flight_lock
         lock.acquire()
         self.in_flight -= 1
         lock.release()
+        gate.leave()
 
 def answer(request: InferenceRequest, response: InferenceResponse) -> InferenceResponse:
     """What the client of ``request`` gets: ``response`` with only the outputs it asked for;

@@ -38,6 +38,9 @@ _NUMPY_ELEMENTS = {datatype: _NUMPY_MAX_BYTES // size for datatype, size in
                    {**ITEM_SIZES, "BYTES": np.dtype(object).itemsize}.items()}
 
 
+_PLAIN_INT = frozenset({int})
+
+
 def check_header(model: str, name: Any, datatype: Any, shape: Any) -> tuple[int, ...]:
     """Validate an input's name, datatype and shape fields; return the shape as a tuple."""
     if not isinstance(name, str) or not name:
@@ -45,8 +48,10 @@ def check_header(model: str, name: Any, datatype: Any, shape: Any) -> tuple[int,
     if datatype not in NUMPY_DTYPES:
         raise invalid_arg(f"input '{name}' of model '{model}': unknown datatype {datatype!r}; "
                           f"expected one of {', '.join(sorted(NUMPY_DTYPES))}")
-    if not isinstance(shape, (list, tuple)) or not all(
-            isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape):
+    if not isinstance(shape, (list, tuple)) or not (
+            # the usual shape, checked in C: plain integers, none negative
+            (set(map(type, shape)) <= _PLAIN_INT and (not shape or min(shape) >= 0))
+            or all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape)):
         raise invalid_arg(f"input '{name}' of model '{model}': 'shape' must be a list of "
                           f"non-negative integers, got {shape!r}")
     return tuple(shape)

@@ -27,9 +27,12 @@ class TensorSpec:
     optional: bool
 
     def matches(self, shape: tuple[int, ...]) -> bool:
-        if len(shape) != len(self.dims):
+        dims = self.dims
+        if -1 not in dims:  # a fixed shape: one comparison in C
+            return tuple(shape) == dims
+        if len(shape) != len(dims):
             return False
-        return all(want == -1 or want == got for want, got in zip(self.dims, shape, strict=True))
+        return all(want == -1 or want == got for want, got in zip(dims, shape, strict=True))
 
     def reshaped(self, shape: tuple[int, ...]) -> tuple[int, ...]:
         """The ``reshape`` target for a request shape (without the batch dimension). Its -1
