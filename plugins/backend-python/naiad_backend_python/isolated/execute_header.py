@@ -16,7 +16,7 @@ from naiad_backend_python.stub import naiad_stub_wire as wire
 
 #: One request as the header lists it: its id, the outputs it asks for (None: all) and the
 #: descriptors of its inputs.
-RequestEntry = tuple[str, "list[str] | None", "list[wire.Descriptor]"]
+RequestEntry = tuple[str, list[str] | None, list[wire.Descriptor]]
 
 
 def execute_header(batch_id: int, out: int | None, requests: Sequence[InferenceRequest],

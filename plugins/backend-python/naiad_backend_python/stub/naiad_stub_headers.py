@@ -96,8 +96,7 @@ def _binary_header(header: dict) -> bytes | None:
                              for message in messages])
     if op == "result" and header.keys() == _RESULT_KEYS:
         responses = header["responses"]
-        parts: List[bytes] = []
-        parts.append(_RESULT_HEAD.pack(_RESULT, header["id"], len(responses)))
+        parts: List[bytes] = [_RESULT_HEAD.pack(_RESULT, header["id"], len(responses))]
         for response in responses:
             if response["parameters"] or response["error"] is not None:
                 return None

@@ -44,9 +44,10 @@ from collections.abc import Sequence
 from typing import Any, List, Tuple
 
 import numpy as np
+
+# pack_execute is for the server, which packs its plain batches with it through this module
 from naiad_stub_headers import decode_header, encode_header, pack_execute  # noqa: F401
 
-# pack_execute above: the server packs its plain batches with it, through this module.
 PROTOCOL_VERSION = 3
 ALIGNMENT = 64
 # The largest header accepted: a frame announcing more is a broken peer, not a message.
