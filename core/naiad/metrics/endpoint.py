@@ -96,8 +96,8 @@ class CpuUtilization:
 
 
 def _restarts(version: ModelVersion) -> int:
-    return sum(worker.instance.health().restarts for worker in version.context.workers
-               if worker.instance is not None)
+    instances = [worker.instance for worker in version.context.workers]  # an unload clears
+    return sum(instance.health().restarts for instance in instances if instance is not None)
 
 
 def _first_responses(lines: list[str], versions: list[ModelVersion]) -> None:

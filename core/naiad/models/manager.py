@@ -164,8 +164,9 @@ class ModelManager:
             model = self.get(name, version)
         except InferenceServerError:
             return False
-        return all(worker.instance is None or worker.instance.health().ready
-                   for worker in model.context.workers)
+        instances = [worker.instance for worker in model.context.workers]  # read once:
+        return all(instance is None or instance.health().ready  # unloads clear them
+                   for instance in instances)
 
     def abort_all(self) -> None:
         """Stop every instance's work in flight at once (see ``ModelInstance.abort``), the
@@ -174,8 +175,9 @@ class ModelManager:
                     for version in list(record.versions.values())]
         for version in versions + self.retirements.versions:
             for worker in version.context.workers:
-                if worker.instance is not None:
-                    worker.instance.abort()
+                instance = worker.instance  # read once: an unload clears it
+                if instance is not None:
+                    instance.abort()
 
     def busy_instances(self) -> list[str]:
         """``model 'X' version 1 instance 'X_0'`` for every instance running or holding a

@@ -192,6 +192,10 @@ class InstanceWorker:
                               self.model_name)
         self._jobs.put(_STOP)
         self._thread.join()
+        # The model's objects go with the unload, whatever still holds this worker for a
+        # moment (the thread pool's work item that ran this call): a heap settled now must
+        # not find them alive and freeze them.
+        self.instance = None
 
     def _call(self, fn: Callable[..., Any], *args: Any) -> Future[Any]:
         future: Future[Any] = LightFuture()

@@ -146,3 +146,16 @@ async def test_an_asynchronous_instance_gets_batches_from_the_submitting_thread(
         assert not future.result(WAIT_S).failed and worker.busy == 0
     finally:
         worker.stop()
+
+
+async def test_a_stopped_worker_lets_go_of_its_instance():
+    """The unloaded model's objects must not live on through the worker: a thread-pool work
+    item or a retired version may keep the worker a moment longer, and a heap settled then
+    would freeze the model with it (tests/core/test_unit_heap.py)."""
+    instance = Recording()
+    worker = await started(instance)
+    worker.stop()
+    assert instance.closed_on == "naiad-m_0"
+    assert worker.instance is None
+    refused = worker.submit(requests(1)).result(WAIT_S)  # and it still answers, refusing
+    assert refused.failed and refused.responses[0].error.status == Status.UNAVAILABLE
