@@ -75,6 +75,10 @@ _EXPECTED = {"b": "true or false", "i": "numbers (integers)", "u": "numbers (int
              "f": "numbers"}
 
 
+# The largest finite FP16 and FP32 values: a list within them converts without overflow.
+_LARGEST = {name: float(np.finfo(NUMPY_DTYPES[name]).max) for name in ("FP16", "FP32")}
+
+
 def _numbers(flat: list, datatype: str) -> np.ndarray:
     """A numeric array from a flat list, refusing values the datatype cannot hold."""
     dtype = NUMPY_DTYPES[datatype]
@@ -106,10 +110,6 @@ def _numbers(flat: list, datatype: str) -> np.ndarray:
     if data is None or (datatype == "BF16" and _finite_became_infinite(flat, data)):
         raise OverflowError(_float_overflow(flat, datatype))
     return data
-
-
-# The largest finite FP16 and FP32 values: a list within them converts without overflow.
-_LARGEST = {name: float(np.finfo(NUMPY_DTYPES[name]).max) for name in ("FP16", "FP32")}
 
 
 def _finite_became_infinite(flat: list, data: np.ndarray) -> bool:

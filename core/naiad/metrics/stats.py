@@ -75,20 +75,13 @@ class ModelStats:
 
     def _executed(self, batch_size: int, input_ns: int, infer_ns: int, output_ns: int
                   ) -> None:
-        # Duration.add written out here and in _succeeded: they run for every request.
         self.execution_count += 1
         batch = self.batches.get(batch_size)
         if batch is None:
             batch = self.batches[batch_size] = BatchStats()
-        duration = batch.compute_input
-        duration.count += 1
-        duration.ns += input_ns
-        duration = batch.compute_infer
-        duration.count += 1
-        duration.ns += infer_ns
-        duration = batch.compute_output
-        duration.count += 1
-        duration.ns += output_ns
+        batch.compute_input.add(input_ns)
+        batch.compute_infer.add(infer_ns)
+        batch.compute_output.add(output_ns)
         if self.distributions is not None:
             self.distributions.execution(batch_size)
 
@@ -100,12 +93,8 @@ class ModelStats:
         now_ms = time.time_ns() // 1_000_000
         with self._lock:
             self._executed(batch_size, input_ns, infer_ns, output_ns)
-            if ok:
-                self._succeeded(batch_size, total_ns, queue_ns, input_ns, infer_ns, output_ns)
-            else:
-                self.fail.add(total_ns)
-                self.failures[BACKEND] = self.failures.get(BACKEND, 0) + 1
-            self.last_inference_ms = now_ms
+            self._finished(ok, batch_size, total_ns, queue_ns, input_ns, infer_ns, output_ns,
+                           BACKEND, now_ms)
 
     def record_request(self, ok: bool, batch_size: int, total_ns: int, queue_ns: int,
                        input_ns: int, infer_ns: int, output_ns: int,
@@ -115,33 +104,25 @@ class ModelStats:
         compute times are not added."""
         now_ms = time.time_ns() // 1_000_000
         with self._lock:
-            if ok:
-                self._succeeded(batch_size, total_ns, queue_ns, input_ns, infer_ns, output_ns)
-            else:
-                self.fail.add(total_ns)
-                self.failures[failure] = self.failures.get(failure, 0) + 1
-            self.last_inference_ms = now_ms
+            self._finished(ok, batch_size, total_ns, queue_ns, input_ns, infer_ns, output_ns,
+                           failure, now_ms)
 
-    def _succeeded(self, batch_size: int, total_ns: int, queue_ns: int, input_ns: int,
-                   infer_ns: int, output_ns: int) -> None:
-        self.inference_count += batch_size
-        duration = self.success
-        duration.count += 1
-        duration.ns += total_ns
-        duration = self.queue
-        duration.count += 1
-        duration.ns += queue_ns
-        duration = self.compute_input
-        duration.count += 1
-        duration.ns += input_ns
-        duration = self.compute_infer
-        duration.count += 1
-        duration.ns += infer_ns
-        duration = self.compute_output
-        duration.count += 1
-        duration.ns += output_ns
-        if self.distributions is not None:
-            self.distributions.request(total_ns, queue_ns, input_ns, infer_ns, output_ns)
+    def _finished(self, ok: bool, batch_size: int, total_ns: int, queue_ns: int,
+                  input_ns: int, infer_ns: int, output_ns: int, failure: str, now_ms: int
+                  ) -> None:
+        if ok:
+            self.inference_count += batch_size
+            self.success.add(total_ns)
+            self.queue.add(queue_ns)
+            self.compute_input.add(input_ns)
+            self.compute_infer.add(infer_ns)
+            self.compute_output.add(output_ns)
+            if self.distributions is not None:
+                self.distributions.request(total_ns, queue_ns, input_ns, infer_ns, output_ns)
+        else:
+            self.fail.add(total_ns)
+            self.failures[failure] = self.failures.get(failure, 0) + 1
+        self.last_inference_ms = now_ms
 
     def record_cancelled(self, batch_size: int, arrival_ns: int) -> None:
         """A request that never ran because its client cancelled it (withdrawn from a queue,
