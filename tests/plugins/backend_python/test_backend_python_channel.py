@@ -114,3 +114,111 @@ def test_a_stray_or_broken_answer_is_logged_and_the_channel_keeps_reading(caplog
     finally:
         worker.close()
         channel.close()
+
+
+def _sent_frame(sock: "socket.socket") -> bytes:
+    """The bytes of the one frame waiting on ``sock`` (the worker's end)."""
+    from naiad_backend_python.stub import naiad_stub_wire as wire
+
+    data = b""
+    while len(data) < wire.PREFIX_SIZE:
+        data += sock.recv(1 << 20)
+    head_size, payload_size = wire.unpack_prefix(data, 0)
+    while len(data) < wire.PREFIX_SIZE + head_size + payload_size:
+        data += sock.recv(1 << 20)
+    return data
+
+
+@pytest.mark.parametrize("case", ["one FP32 input", "inputs of three datatypes",
+                                  "outputs asked for", "an id the binary layout cannot hold",
+                                  "parameters", "an empty tensor", "a cancellation"])
+def test_one_plain_request_is_sent_as_the_general_way_sends_it(case, monkeypatch):
+    """A batch of one plain request takes a shorter way through the channel
+    (``WorkerChannel._submit_one``); the worker gets the very bytes the general way sends
+    for it: binary header, JSON when a field does not fit the layout, inline tensors, and
+    the message that tells it the client cancelled."""
+    import socket
+
+    from naiad.types import Cancellation
+
+    from naiad_backend_python.isolated.channel import WorkerChannel
+    from naiad_backend_python.isolated.regions import RegionPolicy
+    from naiad_backend_python.stub import naiad_stub_wire as wire
+
+    inputs: dict[str, object] = {"INPUT0": np.arange(6, dtype=np.float32).reshape(2, 3)}
+    kwargs: dict[str, object] = {}
+    if case == "inputs of three datatypes":
+        inputs = {"A": np.arange(4, dtype=np.int64),
+                  "B": np.array([b"x", b"yz"], dtype=np.object_),
+                  "C": np.ones((1, 2), np.float16)}
+    elif case == "outputs asked for":
+        kwargs = {"outputs": ["OUTPUT1", "OUTPUT0"], "id": "req-7"}
+    elif case == "an id the binary layout cannot hold":
+        kwargs = {"id": "x" * 70_000}
+    elif case == "parameters":
+        kwargs = {"parameters": {"p": 1}}
+    elif case == "an empty tensor":
+        inputs = {"INPUT0": np.zeros((0, 4), np.float32)}
+
+    frames = []
+    for general in (False, True):
+        server_end, worker_end = socket.socketpair()
+        channel = WorkerChannel(wire.Connection(server_end), "m", "m_0",
+                                RegionPolicy("/nonexistent", 0, 1, 0, 1 << 20))
+        if general:
+            monkeypatch.setattr(channel, "_submit_one", lambda request, done: False)
+        channel.start_reading(None)
+        try:
+            sent = request("m", inputs, **kwargs)  # type: ignore[arg-type]
+            if case == "a cancellation":
+                sent.cancellation = Cancellation()
+            channel.submit([sent], lambda result: None)
+            frames.append(_sent_frame(worker_end))
+            if sent.cancellation is not None:
+                sent.cancellation.cancel()
+                frames[-1] += _sent_frame(worker_end)
+            assert channel.in_flight == 1
+        finally:
+            worker_end.close()
+            channel.close()
+    shorter, general_way = frames
+    assert shorter == general_way
+    head_size, _ = wire.unpack_prefix(shorter, 0)
+    header = wire.decode_header(shorter[wire.PREFIX_SIZE:wire.PREFIX_SIZE + head_size])
+    assert header["op"] == "execute" and header["out"] is None
+    assert [i[3] for i in header["requests"][0]["inputs"]] == ["p"] * len(inputs)
+
+
+def test_a_request_for_the_region_still_takes_the_general_way(monkeypatch):
+    """Tensors of at least shm-inline-max-byte-size go through the region, which only the
+    general way handles: the shorter way declines them."""
+    import socket
+
+    from naiad_backend_python.isolated.channel import WorkerChannel
+    from naiad_backend_python.isolated.regions import RegionPolicy
+    from naiad_backend_python.stub import naiad_stub_wire as wire
+
+    server_end, worker_end = socket.socketpair()
+    channel = WorkerChannel(wire.Connection(server_end), "m", "m_0",
+                            RegionPolicy("/dev/shm", 1 << 16, 1 << 16, 1 << 20, 1024))
+    declined = []
+    shorter = channel._submit_one
+
+    def watched(request_, done):
+        taken = shorter(request_, done)
+        declined.append(not taken)
+        return taken
+
+    monkeypatch.setattr(channel, "_submit_one", watched)
+    channel.start_reading(None)
+    worker = wire.Connection(worker_end)
+    try:
+        channel.submit([request("m", {"INPUT0": np.ones(1024, np.float32)})], lambda r: None)
+        header, _payload, fds = worker.receive()
+        wire.close_fds(fds)
+        assert declined == [True]
+        assert header["out"] is not None  # the region holds the outputs
+        assert [i[3] for i in header["requests"][0]["inputs"]] == ["s"]
+    finally:
+        worker.close()
+        channel.close()
