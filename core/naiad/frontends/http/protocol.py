@@ -82,14 +82,31 @@ class NaiadHttpProtocol(GuardedHttpToolsProtocol):
 
     # --- httptools callbacks (run per request) ---------------------------------------------
 
+    def on_message_begin(self) -> None:
+        # What uvicorn's does but the ASGI scope, which only the ASGI path reads: a plain
+        # inference never needs it (a dict, and a copy of the application's state, per
+        # request). on_headers_complete makes it for a request that takes that path.
+        self.url = b""
+        self.expect_100_continue = False
+        self.headers = []
+
     def on_headers_complete(self) -> None:
         self._check_header_block()
         exchange = self._exchange_for_request()
         if exchange is None:
+            self._begin_asgi_scope()
             HttpToolsProtocol.on_headers_complete(self)
             return
         self.cycle = exchange  # type: ignore[assignment]
         self._receiving = exchange
+
+    def _begin_asgi_scope(self) -> None:
+        """The scope uvicorn's ``on_message_begin`` makes, for the request under way: made
+        by uvicorn's own code, then given back what the request has read so far."""
+        url, headers, expect = self.url, self.headers, self.expect_100_continue
+        HttpToolsProtocol.on_message_begin(self)
+        self.url, self.expect_100_continue = url, expect
+        self.headers = self.scope["headers"] = headers  # the limits compare it by identity
 
     def on_body(self, body: bytes) -> None:
         exchange = self._receiving

@@ -13,6 +13,7 @@ from types import SimpleNamespace
 import pytest
 from test_unit_http_limits import Transport
 from uvicorn.config import Config
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from uvicorn.server import ServerState
 
 from naiad.frontends.http.infer import Answer, InferRoute
@@ -52,22 +53,26 @@ class Route(InferRoute):
 
 
 class Connection:
-    def __init__(self, loop: asyncio.AbstractEventLoop, route: Route) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop, route: Route | None,
+                 protocol_class: type = NaiadHttpProtocol) -> None:
         self.loop = loop
         self.app_paths: list[str] = []
+        self.app_scopes: list[dict] = []
 
         async def app(scope: dict, receive, send) -> None:
             while (await receive()).get("more_body"):
                 pass
             self.app_paths.append(scope["path"])
+            self.app_scopes.append(scope)
             await send({"type": "http.response.start", "status": 200,
                         "headers": [(b"content-length", b"3")]})
             await send({"type": "http.response.body", "body": b"app"})
 
         self.transport = Transport()
-        self.protocol = NaiadHttpProtocol(
+        extra = {} if protocol_class is HttpToolsProtocol else {"limits": LIMITS, "infer": route}
+        self.protocol = protocol_class(
             config=Config(app, lifespan="off", log_level="critical"),
-            server_state=ServerState(), app_state={}, _loop=loop, limits=LIMITS, infer=route)
+            server_state=ServerState(), app_state={"k": "v"}, _loop=loop, **extra)
         self.protocol.connection_made(self.transport)
 
     def feed(self, *reads: bytes) -> None:
@@ -115,6 +120,28 @@ def test_other_requests_go_to_the_application(loop, request_bytes):
     connection = Connection(loop, route)
     connection.feed(request_bytes)
     assert route.submitted == [] and len(connection.app_paths) == 1
+
+
+def test_the_application_gets_the_scope_uvicorn_makes(loop):
+    """naiad's protocol makes the ASGI scope only for a request that takes the application's
+    path (a plain inference does not need one): the application gets what uvicorn's own
+    protocol gives it, after a plain inference on the same connection too."""
+    other = (b"GET /v2/models/m/ready?x=1 HTTP/1.1\r\nHost: h\r\nX-One: 1\r\n"
+             b"Expect: 100-continue\r\nContent-Length: 0\r\n\r\n")
+    uvicorn_own = Connection(loop, None, HttpToolsProtocol)
+    uvicorn_own.feed(other)
+    route = Route(loop)
+    naiad = Connection(loop, route)
+    naiad.feed(infer(b"a"))
+    route.submitted[0][1].set_result(None)
+    naiad.settle()
+    naiad.feed(other)
+    assert naiad.bodies() == [b"answer to a", b"app"]
+    [expected], [got] = uvicorn_own.app_scopes, naiad.app_scopes
+    assert got == expected
+    assert got["headers"] is naiad.protocol.headers and got["state"] == {"k": "v"}
+    assert (b"100 Continue" in naiad.transport.written) == (
+        b"100 Continue" in uvicorn_own.transport.written)
 
 
 def test_pipelined_answers_keep_their_order(loop):
