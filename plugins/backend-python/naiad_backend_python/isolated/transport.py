@@ -197,7 +197,10 @@ class LoopTransport:
                 return
             payload = data[end - payload_size:end] if payload_size else bytearray()
             position = end
-            fds, self._fds = self._fds[:count], self._fds[count:]
+            if count:
+                fds, self._fds = self._fds[:count], self._fds[count:]
+            else:  # most frames: none
+                fds = []
             try:
                 self.on_frame(header, memoryview(payload), fds)
             except Exception:  # the frame is consumed whatever its handler did

@@ -410,7 +410,7 @@ class Connection:
              fds: Sequence[int] = ()) -> None:
         parts = frame_parts(header, buffers, fds)
         ancillary = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, fd_array(fds))] if fds else []
-        total = sum(len(part) for part in parts)
+        total = sum(map(len, parts))
         with self._send_lock:
             try:
                 sent = self.sock.sendmsg(parts, ancillary)
