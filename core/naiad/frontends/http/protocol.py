@@ -177,7 +177,17 @@ class NaiadHttpProtocol(GuardedHttpToolsProtocol):
                                        self.server_state.default_headers))
         if not exchange.keep_alive:
             transport.close()
-        self.on_response_complete()  # uvicorn's: the next pipelined request, or keep-alive
+        self._answered()
+
+    def _answered(self) -> None:
+        """uvicorn's ``on_response_complete`` (which it calls here), but with the cheaper
+        keep-alive timeout of the limits when no pipelined request waits."""
+        if self.pipeline or self.transport.is_closing():
+            self.on_response_complete()  # the next pipelined request, or nothing
+            return
+        self.server_state.total_requests += 1
+        self.flow.resume_reading()
+        self._keep_alive()
 
 
 def response_bytes(reply: Answer, keep_alive: bool,

@@ -144,6 +144,38 @@ def test_the_application_gets_the_scope_uvicorn_makes(loop):
         b"100 Continue" in uvicorn_own.transport.written)
 
 
+def test_keep_alive_after_plain_answers(loop):
+    """After a plain answer the connection closes once idle for uvicorn's keep-alive
+    timeout (naiad's protocol keeps one timer per connection, not one per answer): counted
+    from the last answer, and not while a request is arriving."""
+
+    def answered(connection: Connection, route: Route, body: bytes) -> None:
+        connection.feed(infer(body))
+        route.submitted[-1][1].set_result(None)
+        connection.settle()
+
+    def idle(seconds: float) -> None:
+        loop.run_until_complete(asyncio.sleep(seconds))
+
+    route = Route(loop)
+    connection = Connection(loop, route)
+    connection.protocol.timeout_keep_alive = 0.2
+    answered(connection, route, b"a")
+    idle(0.12)
+    answered(connection, route, b"b")  # within the timeout: it starts again from here
+    idle(0.12)
+    assert not connection.transport.closed
+    idle(0.25)
+    assert connection.transport.closed and connection.bodies() == [b"answer to a",
+                                                                   b"answer to b"]
+    busy = Connection(loop, route)
+    busy.protocol.timeout_keep_alive = 0.1
+    answered(busy, route, b"c")
+    busy.feed(infer(b"d")[:20])  # a request begins: the header timeout (60 s) applies
+    idle(0.3)
+    assert not busy.transport.closed
+
+
 def test_pipelined_answers_keep_their_order(loop):
     route = Route(loop)
     connection = Connection(loop, route)
