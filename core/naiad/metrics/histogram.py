@@ -98,10 +98,10 @@ class BucketCounts:
         self.counts = [0] * (len(self.bounds) + 1)
         self.total = 0
 
-    def add(self, value: int) -> None:
-        """Count one observation of ``value`` (the caller holds the lock)."""
-        self.counts[bisect.bisect_left(self.bounds, value)] += 1
-        self.total += value
+    def add(self, value: int, count: int = 1) -> None:
+        """Count ``count`` observations of ``value`` (the caller holds the lock)."""
+        self.counts[bisect.bisect_left(self.bounds, value)] += count
+        self.total += value * count
 
     def copy(self) -> tuple[list[int], int]:
         """The counts and the sum, copied (under the caller's lock) for :meth:`snapshot`."""

@@ -15,7 +15,9 @@ Two kinds, each switched by ``--metrics-config`` (naiad.metrics.config):
   cache has no request summary, and has cache hit and miss summaries instead.
 
 Nothing here takes a lock: every method runs under the version's statistics lock, which
-the caller (:class:`naiad.metrics.stats.ModelStats`) holds.
+the caller (:class:`naiad.metrics.stats.ModelStats`) holds while it folds its pending records
+in (with summaries on, it folds each record as it is made: a summary's window needs the
+time of each observation).
 """
 
 from __future__ import annotations
@@ -52,7 +54,7 @@ class Distributions:
     ``response_cache``: the version has ``response_cache { enable: true }``."""
 
     __slots__ = ("_batch_size", "_compute_infer", "_queue", "_request", "_request_summaries",
-                 "_summaries", "_summarized", "quantiles")
+                 "_summaries", "quantiles", "summarized")
 
     def __init__(self, config: MetricsConfig, response_cache: bool = False) -> None:
         self._request = self._queue = self._compute_infer = self._batch_size = None
@@ -75,7 +77,8 @@ class Distributions:
                 if key not in left_out:
                     self._summaries[key] = WindowQuantiles(max_age_ns,
                                                            config.summary_max_samples)
-        self._summarized = bool(self._summaries)
+        #: True with summaries (their windows need each observation as it is made)
+        self.summarized = bool(self._summaries)
         # what request() observes, in its order (looked up once, here)
         self._request_summaries = tuple(self._summaries.get(key) for key in SUMMARIES[:5])
 
@@ -94,7 +97,7 @@ class Distributions:
             infer = self._compute_infer
             infer.counts[bisect_left(bounds, infer_ns)] += 1  # type: ignore[union-attr]
             infer.total += infer_ns  # type: ignore[union-attr]
-        if self._summarized:
+        if self.summarized:
             now = time.monotonic_ns()
             request_us, queue_us, input_us, infer_us, output_us = self._request_summaries
             if request_us is not None:  # None for a cached model, as in Triton
@@ -104,10 +107,10 @@ class Distributions:
             infer_us.observe(infer_ns // NS_PER_US, now)
             output_us.observe(output_ns // NS_PER_US, now)
 
-    def execution(self, batch_size: int) -> None:
-        """One execution of a batch of ``batch_size`` inferences."""
+    def execution(self, batch_size: int, count: int = 1) -> None:
+        """``count`` executions of a batch of ``batch_size`` inferences."""
         if self._batch_size is not None:
-            self._batch_size.add(batch_size)
+            self._batch_size.add(batch_size, count)
 
     def cache_hit(self, total_ns: int, queue_ns: int, lookup_ns: int) -> None:
         """A request answered from the response cache: a request with its duration and
@@ -115,7 +118,7 @@ class Distributions:
         if self._request is not None:
             self._request.add(total_ns)
             self._queue.add(queue_ns)  # type: ignore[union-attr]
-        if self._summarized:
+        if self.summarized:
             now = time.monotonic_ns()
             self._summaries["queue"].observe(queue_ns // NS_PER_US, now)
             hit = self._summaries.get("cache_hit")

@@ -2,8 +2,17 @@
 
 The statistics extension (HTTP and gRPC) and the Prometheus endpoint read these counters.
 The hot path only adds integers: durations are nanoseconds from ``time.perf_counter_ns``.
-Requests are recorded from the event loop and from frontend threads (gRPC), so each record
-takes the version's lock: one uncontended acquire, well under a microsecond.
+
+Recording is deferred. A request's records (its execution, its end, or both at once) append
+one tuple to the version's list of pending records and return: no lock, no arithmetic.
+``list.append`` is atomic, and requests are recorded from the event loop, frontend threads
+(gRPC) and instance threads. The pending records are folded into the counters under the
+version's lock, in one loop, when :data:`FOLD_BOUND` of them wait or when anything reads
+the statistics: each counter a pending record adds to is an attribute that folds before it
+answers (:class:`_Folded`), and :meth:`ModelStats.as_dict` and
+:meth:`ModelStats.distributions_snapshot` fold first, so no reader sees a number that a
+record has not reached yet. The rarer records (cache hits and misses, batch cuts) take the
+lock at once.
 """
 
 from __future__ import annotations
@@ -11,6 +20,7 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 from naiad.metrics.latency_histograms import Distributions, DistributionsSnapshot
 
@@ -18,6 +28,18 @@ from naiad.metrics.latency_histograms import Distributions, DistributionsSnapsho
 #: the request, the request was rejected before it ran (a queue policy's timeout), ...
 BACKEND, CANCELED, OTHER, REJECTED = "BACKEND", "CANCELED", "OTHER", "REJECTED"
 FAILURE_REASONS = (BACKEND, CANCELED, OTHER, REJECTED)
+
+#: Pending records that make the recording thread fold them. Folding costs a lock and a
+#: call per fold, shared by every record it folds: past a few dozen records that share is
+#: small, and a longer list only holds more memory (about 150 bytes a record) and keeps
+#: the lock longer (tens of microseconds at this bound) for whoever folds. Readers fold
+#: whatever waits, so the bound never delays what they see.
+FOLD_BOUND = 256
+
+NS_PER_MS = 1_000_000
+
+# time.time_ns, looked up once: it runs for every request
+_wall_clock_ns = time.time_ns
 
 
 @dataclass(slots=True)
@@ -41,60 +63,102 @@ class BatchStats:
     compute_output: Duration = field(default_factory=Duration)
 
 
-@dataclass(slots=True)
-class ModelStats:
-    """Counters of one model version (Triton's ``ModelStatistics``)."""
+class _Folded:
+    """A counter that pending records add to, kept in the slot of the same name with a
+    leading underscore. Reading it folds the pending records first, so every reader (the
+    metrics endpoint's lambdas, tests, code yet to be written) sees every record made."""
 
-    name: str
-    version: int
-    last_inference_ms: int = 0
-    inference_count: int = 0
-    execution_count: int = 0
-    success: Duration = field(default_factory=Duration)
-    fail: Duration = field(default_factory=Duration)
-    queue: Duration = field(default_factory=Duration)
-    compute_input: Duration = field(default_factory=Duration)
-    compute_infer: Duration = field(default_factory=Duration)
-    compute_output: Duration = field(default_factory=Duration)
-    cache_hit: Duration = field(default_factory=Duration)
-    cache_miss: Duration = field(default_factory=Duration)
-    batches: dict[int, BatchStats] = field(default_factory=dict)
-    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
-    #: latency and batch-size histograms and summaries (``--metrics-config``); None: none
-    distributions: Distributions | None = field(default=None, repr=False, compare=False)
-    #: dynamic batches cut, by reason (naiad.scheduling.batch_policy.CutReason values)
-    batch_cuts: dict[str, int] = field(default_factory=dict)
+    __slots__ = ("_slot",)
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self._slot = "_" + name
+
+    def __get__(self, stats: ModelStats | None, owner: type | None = None) -> Any:
+        if stats is None:
+            return self
+        if stats._pending:
+            stats.fold()
+        return getattr(stats, self._slot)
+
+
+class ModelStats:
+    """Counters of one model version (Triton's ``ModelStatistics``).
+
+    A pending record is one tuple, in this order: ``executed`` (it counts an execution of
+    ``batch_size``), ``requested`` (it counts a finished request), ``ok``, ``batch_size``,
+    ``total_ns``, ``queue_ns``, ``input_ns``, ``infer_ns``, ``output_ns``, ``failure`` (a
+    failed request's reason) and ``wall_ns``: ``time.time_ns()`` when it was recorded,
+    for ``last_inference_ms``. The clock is read per record, not at the fold, because the
+    last inference is the last record's time; the caller's own clock reading cannot come
+    here (the ``record_*`` signatures stay), and reading a monotonic clock instead would
+    cost the same call and need an anchor to convert it.
+    """
+
+    __slots__ = ("__weakref__", "_batches", "_compute_infer", "_compute_input",
+                 "_compute_output", "_execution_count", "_fail", "_failures", "_fold_at",
+                 "_inference_count", "_last_inference_ms", "_lock", "_pending", "_queue",
+                 "_success", "batch_cuts", "cache_hit", "cache_miss", "distributions",
+                 "name", "version")
+
+    # What the pending records add to: read through the fold.
+    last_inference_ms = _Folded()
+    inference_count = _Folded()
+    execution_count = _Folded()
+    success = _Folded()
+    fail = _Folded()
+    queue = _Folded()
+    compute_input = _Folded()
+    compute_infer = _Folded()
+    compute_output = _Folded()
+    #: executions by batch size
+    batches = _Folded()
     #: failed requests by Triton's reason (:data:`FAILURE_REASONS`); they add up to ``fail``
-    failures: dict[str, int] = field(default_factory=dict)
+    failures = _Folded()
+
+    def __init__(self, name: str, version: int,
+                 distributions: Distributions | None = None) -> None:
+        self.name = name
+        self.version = version
+        #: latency and batch-size histograms and summaries (``--metrics-config``); None: none
+        self.distributions = distributions
+        self._last_inference_ms = 0
+        self._inference_count = 0
+        self._execution_count = 0
+        self._success, self._fail, self._queue = Duration(), Duration(), Duration()
+        self._compute_input, self._compute_infer = Duration(), Duration()
+        self._compute_output = Duration()
+        self._batches: dict[int, BatchStats] = {}
+        self._failures: dict[str, int] = {}
+        # recorded at once, under the lock (rarer than requests)
+        self.cache_hit, self.cache_miss = Duration(), Duration()
+        #: dynamic batches cut, by reason (naiad.scheduling.batch_policy.CutReason values)
+        self.batch_cuts: dict[str, int] = {}
+        self._lock = threading.Lock()
+        self._pending: list[tuple] = []
+        # Summaries observe each duration with the time it is observed at (a sliding
+        # window), so with summaries on every record is folded as soon as it is made.
+        summarized = distributions is not None and distributions.summarized
+        self._fold_at = 1 if summarized else FOLD_BOUND
 
     def record_execution(self, batch_size: int, input_ns: int, infer_ns: int,
                          output_ns: int) -> None:
         """One backend execution of a batch holding ``batch_size`` inferences."""
-        with self._lock:
-            self._executed(batch_size, input_ns, infer_ns, output_ns)
-
-    def _executed(self, batch_size: int, input_ns: int, infer_ns: int, output_ns: int
-                  ) -> None:
-        self.execution_count += 1
-        batch = self.batches.get(batch_size)
-        if batch is None:
-            batch = self.batches[batch_size] = BatchStats()
-        batch.compute_input.add(input_ns)
-        batch.compute_infer.add(infer_ns)
-        batch.compute_output.add(output_ns)
-        if self.distributions is not None:
-            self.distributions.execution(batch_size)
+        pending = self._pending
+        pending.append((True, False, True, batch_size, 0, 0, input_ns, infer_ns, output_ns,
+                        None, 0))
+        if len(pending) >= self._fold_at:
+            self.fold()
 
     def record_executed_request(self, ok: bool, batch_size: int, total_ns: int,
                                 queue_ns: int, input_ns: int, infer_ns: int,
                                 output_ns: int) -> None:
         """One request that ran alone in an execution: :meth:`record_execution` and
-        :meth:`record_request` together, under one acquisition of the lock."""
-        now_ms = time.time_ns() // 1_000_000
-        with self._lock:
-            self._executed(batch_size, input_ns, infer_ns, output_ns)
-            self._finished(ok, batch_size, total_ns, queue_ns, input_ns, infer_ns, output_ns,
-                           BACKEND, now_ms)
+        :meth:`record_request` together, as one pending record."""
+        pending = self._pending
+        pending.append((True, True, ok, batch_size, total_ns, queue_ns, input_ns, infer_ns,
+                        output_ns, BACKEND, _wall_clock_ns()))
+        if len(pending) >= self._fold_at:
+            self.fold()
 
     def record_request(self, ok: bool, batch_size: int, total_ns: int, queue_ns: int,
                        input_ns: int, infer_ns: int, output_ns: int,
@@ -102,27 +166,11 @@ class ModelStats:
         """One finished request. As in Triton, a failed request counts only as a failure
         (for ``failure``, one of :data:`FAILURE_REASONS`): its inferences, queue and
         compute times are not added."""
-        now_ms = time.time_ns() // 1_000_000
-        with self._lock:
-            self._finished(ok, batch_size, total_ns, queue_ns, input_ns, infer_ns, output_ns,
-                           failure, now_ms)
-
-    def _finished(self, ok: bool, batch_size: int, total_ns: int, queue_ns: int,
-                  input_ns: int, infer_ns: int, output_ns: int, failure: str, now_ms: int
-                  ) -> None:
-        if ok:
-            self.inference_count += batch_size
-            self.success.add(total_ns)
-            self.queue.add(queue_ns)
-            self.compute_input.add(input_ns)
-            self.compute_infer.add(infer_ns)
-            self.compute_output.add(output_ns)
-            if self.distributions is not None:
-                self.distributions.request(total_ns, queue_ns, input_ns, infer_ns, output_ns)
-        else:
-            self.fail.add(total_ns)
-            self.failures[failure] = self.failures.get(failure, 0) + 1
-        self.last_inference_ms = now_ms
+        pending = self._pending
+        pending.append((False, True, ok, batch_size, total_ns, queue_ns, input_ns, infer_ns,
+                        output_ns, failure, _wall_clock_ns()))
+        if len(pending) >= self._fold_at:
+            self.fold()
 
     def record_cancelled(self, batch_size: int, arrival_ns: int) -> None:
         """A request that never ran because its client cancelled it (withdrawn from a queue,
@@ -134,12 +182,13 @@ class ModelStats:
     def record_cache_hit(self, total_ns: int, queue_ns: int, lookup_ns: int) -> None:
         """A request answered from the response cache. As Triton counts it: a success and
         a queue entry, ``lookup_ns`` as a cache hit; no inference, no execution."""
-        now_ms = time.time_ns() // 1_000_000
+        now_ms = _wall_clock_ns() // NS_PER_MS
         with self._lock:
-            self.success.add(total_ns)
-            self.queue.add(queue_ns)
+            self._fold()  # first: last_inference_ms must end at this, the latest record
+            self._success.add(total_ns)
+            self._queue.add(queue_ns)
             self.cache_hit.add(lookup_ns)
-            self.last_inference_ms = now_ms
+            self._last_inference_ms = now_ms
             if self.distributions is not None:
                 self.distributions.cache_hit(total_ns, queue_ns, lookup_ns)
 
@@ -155,30 +204,111 @@ class ModelStats:
         with self._lock:
             self.batch_cuts[reason] = self.batch_cuts.get(reason, 0) + 1
 
+    def fold(self) -> None:
+        """Add the pending records to the counters now (readers need not call it: the
+        counters' attributes, :meth:`as_dict` and :meth:`distributions_snapshot` do)."""
+        with self._lock:
+            self._fold()
+
+    def _fold(self) -> None:
+        """:meth:`fold`, for a caller that holds the lock."""
+        pending = self._pending
+        n = len(pending)
+        if n == 0:
+            return
+        records = pending[:n]
+        # Threads go on appending meanwhile, but only at the end, and only a fold deletes
+        # (under the lock): the first n records are exactly the ones copied above.
+        del pending[:n]
+        self._count(records)
+
+    def _count(self, records: list[tuple]) -> None:
+        """Add ``records`` (pending records, in the order they were made) to the counters:
+        one loop adds into local integers, then each counter is written once."""
+        observe = self.distributions.request if self.distributions is not None else None
+        failures = self._failures
+        per_batch_size: dict[int, list[int]] = {}
+        inferences = succeeded = failed = 0
+        success_ns = fail_ns = queue_sum = input_sum = infer_sum = output_sum = 0
+        last_wall_ns = None
+        for (executed, requested, ok, batch_size, total_ns, queue_ns, input_ns, infer_ns,
+             output_ns, failure, wall_ns) in records:
+            if executed:
+                sums = per_batch_size.get(batch_size)
+                if sums is None:
+                    sums = per_batch_size[batch_size] = [0, 0, 0, 0]
+                sums[0] += 1
+                sums[1] += input_ns
+                sums[2] += infer_ns
+                sums[3] += output_ns
+            if not requested:
+                continue
+            last_wall_ns = wall_ns
+            if ok:
+                inferences += batch_size
+                succeeded += 1
+                success_ns += total_ns
+                queue_sum += queue_ns
+                input_sum += input_ns
+                infer_sum += infer_ns
+                output_sum += output_ns
+                if observe is not None:
+                    observe(total_ns, queue_ns, input_ns, infer_ns, output_ns)
+            else:
+                failed += 1
+                fail_ns += total_ns
+                failures[failure] = failures.get(failure, 0) + 1
+        self._inference_count += inferences
+        self._success.add(success_ns, succeeded)
+        self._fail.add(fail_ns, failed)
+        self._queue.add(queue_sum, succeeded)
+        self._compute_input.add(input_sum, succeeded)
+        self._compute_infer.add(infer_sum, succeeded)
+        self._compute_output.add(output_sum, succeeded)
+        if last_wall_ns is not None:
+            self._last_inference_ms = last_wall_ns // NS_PER_MS
+        self._count_executions(per_batch_size)
+
+    def _count_executions(self, per_batch_size: dict[int, list[int]]) -> None:
+        """Add executions summed by batch size: [count, input_ns, infer_ns, output_ns]."""
+        batches = self._batches
+        for batch_size, (count, input_ns, infer_ns, output_ns) in per_batch_size.items():
+            self._execution_count += count
+            batch = batches.get(batch_size)
+            if batch is None:
+                batch = batches[batch_size] = BatchStats()
+            batch.compute_input.add(input_ns, count)
+            batch.compute_infer.add(infer_ns, count)
+            batch.compute_output.add(output_ns, count)
+            if self.distributions is not None:
+                self.distributions.execution(batch_size, count)
+
     def distributions_snapshot(self) -> DistributionsSnapshot | None:
         """What the histograms and summaries hold now (None when there are none)."""
         if self.distributions is None:
             return None
         with self._lock:
+            self._fold()
             return self.distributions.snapshot()
 
     def as_dict(self) -> dict:
         """The statistics extension's JSON form of this model version."""
         d = _duration
         with self._lock:
+            self._fold()
             return {
                 "name": self.name,
                 "version": str(self.version),
-                "last_inference": self.last_inference_ms,
-                "inference_count": self.inference_count,
-                "execution_count": self.execution_count,
+                "last_inference": self._last_inference_ms,
+                "inference_count": self._inference_count,
+                "execution_count": self._execution_count,
                 "inference_stats": {
-                    "success": d(self.success),
-                    "fail": d(self.fail),
-                    "queue": d(self.queue),
-                    "compute_input": d(self.compute_input),
-                    "compute_infer": d(self.compute_infer),
-                    "compute_output": d(self.compute_output),
+                    "success": d(self._success),
+                    "fail": d(self._fail),
+                    "queue": d(self._queue),
+                    "compute_input": d(self._compute_input),
+                    "compute_infer": d(self._compute_infer),
+                    "compute_output": d(self._compute_output),
                     "cache_hit": d(self.cache_hit),
                     "cache_miss": d(self.cache_miss),
                 },
@@ -190,7 +320,7 @@ class ModelStats:
                         "compute_infer": d(b.compute_infer),
                         "compute_output": d(b.compute_output),
                     }
-                    for size, b in sorted(self.batches.items())
+                    for size, b in sorted(self._batches.items())
                 ],
                 "memory_usage": [],
             }
