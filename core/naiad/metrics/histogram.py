@@ -103,6 +103,13 @@ class BucketCounts:
         self.counts[bisect.bisect_left(self.bounds, value)] += count
         self.total += value * count
 
+    def add_all(self, values: Sequence[int]) -> None:
+        """Count each of ``values`` (the caller holds the lock): :meth:`add` for many."""
+        counts, bounds, find = self.counts, self.bounds, bisect.bisect_left
+        for value in values:
+            counts[find(bounds, value)] += 1
+        self.total += sum(values)
+
     def copy(self) -> tuple[list[int], int]:
         """The counts and the sum, copied (under the caller's lock) for :meth:`snapshot`."""
         return list(self.counts), self.total

@@ -8,7 +8,8 @@ Two kinds, each switched by ``--metrics-config`` (naiad.metrics.config):
   (infer) durations of each successful request, and the batch size of each execution.
   Durations are counted in nanoseconds against bounds converted once, at load, from the
   configured milliseconds, so recording one request is three binary searches into lists of
-  under twenty integers and a few integer additions: nothing is allocated.
+  under twenty integers and an integer addition each; the sums are added once per fold
+  (:meth:`Distributions.requests` takes a fold's requests as columns).
 - Triton's **summaries** (``summary_latencies``, off by default): the request, queue and
   compute input/infer/output durations in whole microseconds, as Triton observes them,
   over a sliding window (naiad.metrics.quantiles). As in Triton 2.51, a version with a response
@@ -23,7 +24,7 @@ time of each observation).
 from __future__ import annotations
 
 import time
-from bisect import bisect_left
+from collections.abc import Sequence
 from typing import NamedTuple
 
 from naiad.metrics.config import MetricsConfig
@@ -79,33 +80,26 @@ class Distributions:
                                                            config.summary_max_samples)
         #: True with summaries (their windows need each observation as it is made)
         self.summarized = bool(self._summaries)
-        # what request() observes, in its order (looked up once, here)
+        # what requests() observes, in its order (looked up once, here)
         self._request_summaries = tuple(self._summaries.get(key) for key in SUMMARIES[:5])
 
-    def request(self, total_ns: int, queue_ns: int, input_ns: int, infer_ns: int,
-                output_ns: int) -> None:
-        """One successful request that ran its model."""
-        request = self._request
-        if request is not None:
-            # BucketCounts.add, written out: this runs for every request
-            bounds = request.bounds  # the three latency histograms share their bounds
-            request.counts[bisect_left(bounds, total_ns)] += 1
-            request.total += total_ns
-            queue = self._queue
-            queue.counts[bisect_left(bounds, queue_ns)] += 1  # type: ignore[union-attr]
-            queue.total += queue_ns  # type: ignore[union-attr]
-            infer = self._compute_infer
-            infer.counts[bisect_left(bounds, infer_ns)] += 1  # type: ignore[union-attr]
-            infer.total += infer_ns  # type: ignore[union-attr]
+    def requests(self, totals: Sequence[int], queues: Sequence[int], inputs: Sequence[int],
+                 infers: Sequence[int], outputs: Sequence[int]) -> None:
+        """Successful requests that ran their model, as columns: request i took
+        ``totals[i]``, of which ``queues[i]`` queued, ... (a fold counts many at once)."""
+        if self._request is not None:
+            self._request.add_all(totals)
+            self._queue.add_all(queues)  # type: ignore[union-attr]
+            self._compute_infer.add_all(infers)  # type: ignore[union-attr]
         if self.summarized:
+            # the caller folds each record as it is made when there are summaries: now is
+            # when these were observed
             now = time.monotonic_ns()
-            request_us, queue_us, input_us, infer_us, output_us = self._request_summaries
-            if request_us is not None:  # None for a cached model, as in Triton
-                request_us.observe(total_ns // NS_PER_US, now)
-            queue_us.observe(queue_ns // NS_PER_US, now)
-            input_us.observe(input_ns // NS_PER_US, now)
-            infer_us.observe(infer_ns // NS_PER_US, now)
-            output_us.observe(output_ns // NS_PER_US, now)
+            for summary, values in zip(self._request_summaries,
+                                       (totals, queues, inputs, infers, outputs), strict=True):
+                if summary is not None:  # None: the request summary of a cached model
+                    for value in values:
+                        summary.observe(value // NS_PER_US, now)
 
     def execution(self, batch_size: int, count: int = 1) -> None:
         """``count`` executions of a batch of ``batch_size`` inferences."""
