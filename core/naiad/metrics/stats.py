@@ -1,7 +1,7 @@
 """Inference statistics per model version, recorded once and read by every view.
 
 The statistics extension (HTTP and gRPC) and the Prometheus endpoint read these counters.
-The hot path only adds integers: durations are nanoseconds from ``time.perf_counter_ns``.
+Durations are integer nanoseconds from ``time.perf_counter_ns``.
 
 Recording is deferred. A request's records (its execution, its end, or both at once) append
 one tuple to the version's list of pending records and return: no lock, no arithmetic.
@@ -12,7 +12,8 @@ the statistics: each counter a pending record adds to is an attribute that folds
 answers (:class:`_Folded`), and :meth:`ModelStats.as_dict` and
 :meth:`ModelStats.distributions_snapshot` fold first, so no reader sees a number that a
 record has not reached yet. The rarer records (cache hits and misses, batch cuts) take the
-lock at once.
+lock at once; a cache hit folds first, so that ``last_inference_ms`` ends at the latest
+record.
 """
 
 from __future__ import annotations
@@ -94,11 +95,11 @@ class ModelStats:
     cost the same call and need an anchor to convert it.
     """
 
-    __slots__ = ("__weakref__", "_batches", "_compute_infer", "_compute_input",
-                 "_compute_output", "_execution_count", "_fail", "_failures", "_fold_at",
-                 "_inference_count", "_last_inference_ms", "_lock", "_pending", "_queue",
-                 "_success", "batch_cuts", "cache_hit", "cache_miss", "distributions",
-                 "name", "version")
+    __slots__ = ("_batches", "_compute_infer", "_compute_input", "_compute_output",
+                 "_execution_count", "_fail", "_failures", "_fold_at", "_inference_count",
+                 "_last_inference_ms", "_lock", "_pending", "_queue", "_success",
+                 "batch_cuts", "cache_hit", "cache_miss", "distributions", "name",
+                 "version")
 
     # What the pending records add to: read through the fold.
     last_inference_ms = _Folded()
