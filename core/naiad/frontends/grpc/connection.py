@@ -43,6 +43,8 @@ log = logging.getLogger("naiad.grpc")
 #: gives more.
 STREAM_WINDOW = 4 * 1024 * 1024
 CONNECTION_WINDOW = 16 * 1024 * 1024
+# Header lists whose call headers a connection remembers (a client repeats a handful).
+CALL_HEADS_REMEMBERED = 64
 _SERVICE_PREFIX = "/inference.GRPCInferenceService/"
 _STREAMING = frozenset({"ModelStreamInfer"})
 # Frame types whose payload has one size (RFC 9113 section 6).
@@ -89,6 +91,10 @@ class GRPCConnection(HandlerCalls, asyncio.Protocol):
         self.calls: dict[int, Call] = {}
         self.last_stream = 0
         self.decoder = http2.HeaderDecoder(service.options.max_header_size)
+        # What call_headers read of a header list, by the list's id (the entry keeps the
+        # list alive, so the id names no other): the decoder hands back the very same list
+        # for a client's repeated header block, whose call headers are then read once.
+        self.call_heads: dict[int, tuple[list, http2.CallHeaders]] = {}
         self.headers_block: tuple[int, int, bytearray] | None = None  # stream, flags, block
         self.sender = Sender(self.loop)
         self.received = 0  # connection window handed on, not yet given back
@@ -339,11 +345,18 @@ class GRPCConnection(HandlerCalls, asyncio.Protocol):
                                    code.value[0], bounded_message(message), False)))
 
     def open_call(self, stream: int, headers: list[tuple[bytes, bytes]], ended: bool) -> None:
-        try:
-            heads = http2.call_headers(headers)
-        except ValueError as exc:
-            self.refuse_call(stream, ended, grpc.StatusCode.INVALID_ARGUMENT, str(exc))
-            return
+        read = self.call_heads.get(id(headers))
+        if read is not None and read[0] is headers:
+            heads = read[1]
+        else:
+            try:
+                heads = http2.call_headers(headers)
+            except ValueError as exc:
+                self.refuse_call(stream, ended, grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+                return
+            if len(self.call_heads) >= CALL_HEADS_REMEMBERED:
+                self.call_heads.clear()
+            self.call_heads[id(headers)] = (headers, heads)
         method, encoding = heads.path, heads.encoding
         name = method[len(_SERVICE_PREFIX):] if method.startswith(_SERVICE_PREFIX) else ""
         if name not in self.service.handlers:

@@ -249,3 +249,36 @@ def test_binary_metadata_that_is_not_base64_is_refused(server) -> None:
         client.close()
     with grpcclient.InferenceServerClient(server.grpc_url) as other:
         assert other.is_server_live()
+
+
+def test_repeated_header_blocks_are_read_as_each_says(server) -> None:
+    """A client's repeated header block decodes to the very list the connection read before,
+    whose call headers it reuses; every other block is read anew: a call to another method,
+    and one with a deadline, between calls that repeat the first block."""
+    encoder = hpack.Encoder()  # one per connection, as a client's: indexed fields repeat
+
+    def headers(path: bytes = INFER_PATH, extra: list[tuple[bytes, bytes]] = ()) -> bytes:
+        return encoder.encode([(b":method", b"POST"), (b":scheme", b"http"),
+                               (b":path", path), (b":authority", b"localhost"),
+                               (b"content-type", b"application/grpc"), (b"te", b"trailers"),
+                               *extra])
+
+    calls = [headers(), headers(), headers(), headers(b"/inference.GRPCInferenceService/Nope"),
+             headers(extra=[(b"grpc-timeout", b"1n")]), headers(), headers()]
+    expected = [b"0", b"0", b"0", b"12", b"4", b"0", b"0"]  # OK, UNIMPLEMENTED, DEADLINE
+    # the blocks a client repeats (new table entries renumber the indexed fields between)
+    assert calls[1] == calls[2] and calls[5] == calls[6] != calls[1]
+    client = RawClient(server.grpc_port)
+    try:
+        client.open()
+        message = infer_message(np.arange(4, dtype=np.float32))
+        statuses = []
+        for index, block in enumerate(calls):
+            stream = 2 * index + 1
+            client.send(http2.frame(http2.HEADERS, http2.END_HEADERS, stream, block),
+                        http2.frame(http2.DATA, http2.END_STREAM, stream, message))
+            trailers = trailers_of(client.read_until(ended(stream)), stream)
+            statuses.append(dict(trailers)[b"grpc-status"])
+        assert statuses == expected
+    finally:
+        client.close()
