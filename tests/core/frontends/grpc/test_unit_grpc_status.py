@@ -43,3 +43,23 @@ def test_a_message_at_the_bound_is_kept_whole():
     message = "x" * STATUS_MESSAGE_MAX_BYTES
     assert bounded_message(message) == message
     assert bounded_message(message + "y") != message + "y"
+
+
+@pytest.mark.parametrize("code, message, headers_sent", [
+    (0, "", True), (0, "", False), (0, "fine", True), (5, "not found", True),
+    (5, "", False)])
+def test_status_trailers_decode_to_the_status(code, message, headers_sent):
+    """What ends a call, the usual OK block (built once) among them, decodes to its status,
+    message and, for a call that sent no headers, the response headers."""
+    import hpack
+
+    from naiad.frontends.grpc import http2
+
+    decoded = dict((bytes(k), bytes(v)) for k, v in hpack.Decoder().decode(
+        http2.status_trailers(code, message, headers_sent), raw=True))
+    expected = {b"grpc-status": str(code).encode()}
+    if message:
+        expected[b"grpc-message"] = message.encode()
+    if not headers_sent:
+        expected.update({b":status": b"200", b"content-type": b"application/grpc"})
+    assert decoded == expected
