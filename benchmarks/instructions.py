@@ -230,7 +230,9 @@ def main(argv: list[str] | None = None) -> int:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--protocols", default="http,grpc",
                     type=lambda s: [p for p in s.split(",") if p])
-    ap.add_argument("--requests", type=int, default=300, help="counted requests per protocol")
+    ap.add_argument("--requests", type=int, default=512,
+                    help="counted requests per protocol (at least 512: the statistics fold "
+                         "every 256)")
     ap.add_argument("--idle", type=float, default=5.0,
                     help="seconds counted with no request, subtracted pro rata")
     ap.add_argument("--before", action="append", default=[], metavar="NAME=DIR",

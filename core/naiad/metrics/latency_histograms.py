@@ -17,8 +17,8 @@ Two kinds, each switched by ``--metrics-config`` (naiad.metrics.config):
 
 Nothing here takes a lock: every method runs under the version's statistics lock, which
 the caller (:class:`naiad.metrics.stats.ModelStats`) holds while it folds its pending records
-in (with summaries on, it folds each record as it is made: a summary's window needs the
-time of each observation).
+into the histograms, or while it hands a request that just ended to the summaries (a
+summary's window needs the time of each observation).
 """
 
 from __future__ import annotations
@@ -80,26 +80,31 @@ class Distributions:
                                                            config.summary_max_samples)
         #: True with summaries (their windows need each observation as it is made)
         self.summarized = bool(self._summaries)
-        # what requests() observes, in its order (looked up once, here)
+        # what summarize_request() observes, in its order (looked up once, here)
         self._request_summaries = tuple(self._summaries.get(key) for key in SUMMARIES[:5])
 
-    def requests(self, totals: Sequence[int], queues: Sequence[int], inputs: Sequence[int],
-                 infers: Sequence[int], outputs: Sequence[int]) -> None:
-        """Successful requests that ran their model, as columns: request i took
-        ``totals[i]``, of which ``queues[i]`` queued, ... (a fold counts many at once)."""
+    def requests(self, totals: Sequence[int], queues: Sequence[int], infers: Sequence[int]
+                 ) -> None:
+        """Successful requests that ran their model into the histograms, as columns:
+        request i took ``totals[i]``, of which ``queues[i]`` queued and ``infers[i]``
+        computed (a fold counts many at once; the summaries took them as they ended)."""
         if self._request is not None:
             self._request.add_all(totals)
             self._queue.add_all(queues)  # type: ignore[union-attr]
             self._compute_infer.add_all(infers)  # type: ignore[union-attr]
-        if self.summarized:
-            # the caller folds each record as it is made when there are summaries: now is
-            # when these were observed
-            now = time.monotonic_ns()
-            for summary, values in zip(self._request_summaries,
-                                       (totals, queues, inputs, infers, outputs), strict=True):
-                if summary is not None:  # None: the request summary of a cached model
-                    for value in values:
-                        summary.observe(value // NS_PER_US, now)
+
+    def summarize_request(self, total_ns: int, queue_ns: int, input_ns: int, infer_ns: int,
+                          output_ns: int) -> None:
+        """One successful request that ran its model into the summaries, as it ends (their
+        sliding windows need the time of each observation)."""
+        now = time.monotonic_ns()
+        request_us, queue_us, input_us, infer_us, output_us = self._request_summaries
+        if request_us is not None:  # None for a cached model, as in Triton
+            request_us.observe(total_ns // NS_PER_US, now)
+        queue_us.observe(queue_ns // NS_PER_US, now)  # type: ignore[union-attr]
+        input_us.observe(input_ns // NS_PER_US, now)  # type: ignore[union-attr]
+        infer_us.observe(infer_ns // NS_PER_US, now)  # type: ignore[union-attr]
+        output_us.observe(output_ns // NS_PER_US, now)  # type: ignore[union-attr]
 
     def execution(self, batch_size: int, count: int = 1) -> None:
         """``count`` executions of a batch of ``batch_size`` inferences."""

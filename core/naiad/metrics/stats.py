@@ -13,7 +13,9 @@ answers (:class:`_Folded`), and :meth:`ModelStats.as_dict` and
 :meth:`ModelStats.distributions_snapshot` fold first, so no reader sees a number that a
 record has not reached yet. The rarer records (cache hits and misses, batch cuts) take the
 lock at once; a cache hit folds first, so that ``last_inference_ms`` ends at the latest
-record.
+record. With summaries on (``summary_latencies``), a successful request also goes into the
+summaries as it is recorded, under the lock: their sliding windows need the time of each
+observation.
 """
 
 from __future__ import annotations
@@ -96,8 +98,8 @@ class ModelStats:
     """
 
     __slots__ = ("_batches", "_compute_infer", "_compute_input", "_compute_output",
-                 "_execution_count", "_fail", "_failures", "_fold_at", "_inference_count",
-                 "_last_inference_ms", "_lock", "_pending", "_queue", "_success",
+                 "_execution_count", "_fail", "_failures", "_inference_count",
+                 "_last_inference_ms", "_lock", "_pending", "_queue", "_success", "_summarized",
                  "batch_cuts", "cache_hit", "cache_miss", "distributions", "name",
                  "version")
 
@@ -136,10 +138,10 @@ class ModelStats:
         self.batch_cuts: dict[str, int] = {}
         self._lock = threading.Lock()
         self._pending: list[tuple] = []
-        # Summaries observe each duration with the time it is observed at (a sliding
-        # window), so with summaries on every record is folded as soon as it is made.
-        summarized = distributions is not None and distributions.summarized
-        self._fold_at = 1 if summarized else FOLD_BOUND
+        # Summaries observe each duration at the time it is made (a sliding window): with
+        # summaries on, a successful request is observed there at once, under the lock
+        # (:meth:`_summarize`); the counters and histograms still fold in batches.
+        self._summarized = distributions is not None and distributions.summarized
 
     def record_execution(self, batch_size: int, input_ns: int, infer_ns: int,
                          output_ns: int) -> None:
@@ -147,7 +149,7 @@ class ModelStats:
         pending = self._pending
         pending.append((True, False, True, batch_size, 0, 0, input_ns, infer_ns, output_ns,
                         None, 0))
-        if len(pending) >= self._fold_at:
+        if len(pending) >= FOLD_BOUND:
             self.fold()
 
     def record_executed_request(self, ok: bool, batch_size: int, total_ns: int,
@@ -158,7 +160,9 @@ class ModelStats:
         pending = self._pending
         pending.append((True, True, ok, batch_size, total_ns, queue_ns, input_ns, infer_ns,
                         output_ns, BACKEND, _wall_clock_ns()))
-        if len(pending) >= self._fold_at:
+        if ok and self._summarized:
+            self._summarize(total_ns, queue_ns, input_ns, infer_ns, output_ns)
+        if len(pending) >= FOLD_BOUND:
             self.fold()
 
     def record_request(self, ok: bool, batch_size: int, total_ns: int, queue_ns: int,
@@ -170,8 +174,18 @@ class ModelStats:
         pending = self._pending
         pending.append((False, True, ok, batch_size, total_ns, queue_ns, input_ns, infer_ns,
                         output_ns, failure, _wall_clock_ns()))
-        if len(pending) >= self._fold_at:
+        if ok and self._summarized:
+            self._summarize(total_ns, queue_ns, input_ns, infer_ns, output_ns)
+        if len(pending) >= FOLD_BOUND:
             self.fold()
+
+    def _summarize(self, total_ns: int, queue_ns: int, input_ns: int, infer_ns: int,
+                   output_ns: int) -> None:
+        """A successful request's durations into the summaries, now: their windows need
+        the time of each observation, which a later fold would not have."""
+        with self._lock:
+            self.distributions.summarize_request(  # type: ignore[union-attr]
+                total_ns, queue_ns, input_ns, infer_ns, output_ns)
 
     def record_cancelled(self, batch_size: int, arrival_ns: int) -> None:
         """A request that never ran because its client cancelled it (withdrawn from a queue,
@@ -256,7 +270,7 @@ class ModelStats:
             self._last_inference_ms = last_wall_ns // NS_PER_MS
 
     def _count_successes(self, records: list[tuple]) -> None:
-        """Successful requests: their inferences, durations and distributions."""
+        """Successful requests: their inferences, durations and histograms."""
         n = len(records)
         _, _, _, batch_sizes, totals, queues, inputs, infers, outputs, _, _ = zip(
             *records, strict=True)
@@ -267,7 +281,7 @@ class ModelStats:
         self._compute_infer.add(sum(infers), n)
         self._compute_output.add(sum(outputs), n)
         if self.distributions is not None:
-            self.distributions.requests(totals, queues, inputs, infers, outputs)
+            self.distributions.requests(totals, queues, infers)
 
     def _count_failures(self, records: list[tuple]) -> None:
         """Failed requests (rarer): only their count, total duration and reasons."""

@@ -111,18 +111,23 @@ def test_records_fold_when_the_bound_is_reached():
     assert stats.execution_count == FOLD_BOUND
 
 
-def test_with_summaries_every_record_is_folded_as_it_is_made():
-    """A summary's sliding window needs each observation at its own time."""
+def test_with_summaries_a_request_is_summarized_as_it_ends():
+    """A summary's sliding window needs each observation at its own time: a successful
+    request goes into the summaries as it is recorded, while its counters and histograms
+    still wait for the fold."""
     stats = ModelStats("m", 1, distributions=distributions_for(
         MetricsConfig(summary_latencies=True)))
     stats.record_executed_request(True, 1, 1500_000, 200_000, 0, 1_000_000, 3_000)
-    assert _pending(stats) == 0
     stats.record_request(True, 1, 1500_000, 200_000, 0, 1_000_000, 3_000)
-    assert _pending(stats) == 0
+    stats.record_request(False, 1, 9_000_000, 0, 0, 0, 0)  # a failure has no summary
     stats.record_execution(1, 0, 1_000_000, 3_000)
-    assert _pending(stats) == 0
-    summaries = stats.distributions_snapshot().summaries
+    assert _pending(stats) == 4
+    observed = stats.distributions.snapshot().summaries  # as they are, without a fold
+    assert (observed["request"].count, observed["request"].sum) == (2, 3000)
+    assert (observed["queue"].count, observed["queue"].sum) == (2, 400)
+    summaries = stats.distributions_snapshot().summaries  # folds first: the same summaries
     assert (summaries["request"].count, summaries["request"].sum) == (2, 3000)
+    assert stats.success.count == 2 and stats.fail.count == 1 and stats.execution_count == 2
 
 
 # --- last_inference_ms --------------------------------------------------------------------

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -116,7 +117,7 @@ def test_a_stray_or_broken_answer_is_logged_and_the_channel_keeps_reading(caplog
         channel.close()
 
 
-def _sent_frame(sock: "socket.socket") -> bytes:
+def _sent_frame(sock: socket.socket) -> bytes:
     """The bytes of the one frame waiting on ``sock`` (the worker's end)."""
     from naiad_backend_python.stub import naiad_stub_wire as wire
 
@@ -137,10 +138,7 @@ def test_one_plain_request_is_sent_as_the_general_way_sends_it(case, monkeypatch
     (``WorkerChannel._submit_one``); the worker gets the very bytes the general way sends
     for it: binary header, JSON when a field does not fit the layout, inline tensors, and
     the message that tells it the client cancelled."""
-    import socket
-
     from naiad.types import Cancellation
-
     from naiad_backend_python.isolated.channel import WorkerChannel
     from naiad_backend_python.isolated.regions import RegionPolicy
     from naiad_backend_python.stub import naiad_stub_wire as wire
@@ -192,8 +190,6 @@ def test_one_plain_request_is_sent_as_the_general_way_sends_it(case, monkeypatch
 def test_a_request_for_the_region_still_takes_the_general_way(monkeypatch):
     """Tensors of at least shm-inline-max-byte-size go through the region, which only the
     general way handles: the shorter way declines them."""
-    import socket
-
     from naiad_backend_python.isolated.channel import WorkerChannel
     from naiad_backend_python.isolated.regions import RegionPolicy
     from naiad_backend_python.stub import naiad_stub_wire as wire
