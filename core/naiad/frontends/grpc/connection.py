@@ -89,6 +89,8 @@ class GRPCConnection(HandlerCalls, asyncio.Protocol):
         self.buffer = b""
         self.preface = False  # the client's connection preface came
         self.calls: dict[int, Call] = {}
+        # The open streams (ModelStreamInfer): a window update may let them send more.
+        self.streams: set[Call] = set()
         self.last_stream = 0
         self.decoder = http2.HeaderDecoder(service.options.max_header_size)
         # What call_headers read of a header list, by the list's id (the entry keeps the
@@ -377,6 +379,7 @@ class GRPCConnection(HandlerCalls, asyncio.Protocol):
         if timeout is not None:
             call.deadline = self.loop.call_later(timeout, self.deadline_passed, call)
         if name in _STREAMING:
+            self.streams.add(call)
             self.start_stream(call, timeout)
         else:
             self.service.expect_message(self, call)
@@ -564,8 +567,18 @@ class GRPCConnection(HandlerCalls, asyncio.Protocol):
         self.sender.data(call, data, 0)
 
     def send_pending(self, only: Call | None = None) -> None:
-        """Send what flow control held back (of ``only``, or of every call)."""
-        calls = [only] if only is not None else list(self.calls.values())
+        """Send what flow control held back (of ``only``, or of every call that may wait
+        for window: those with data held back, and the streams). Not every open call: a
+        client sends window updates for the connection with every few answers, and with
+        many calls open on it that walk cost more than the calls themselves."""
+        if only is not None:
+            calls = [only]
+        elif self.sender.held_back or self.streams:
+            live = self.calls
+            calls = sorted((call for call in self.sender.held_back | self.streams
+                            if live.get(call.id) is call), key=_call_id)  # in stream order
+        else:
+            return
         for call in self.sender.pending(calls):
             self.calls.pop(call.id, None)
             self.call_over(call)
@@ -589,6 +602,8 @@ class GRPCConnection(HandlerCalls, asyncio.Protocol):
             self.call_over(call)
 
     def call_over(self, call: Call) -> None:
+        self.streams.discard(call)
+        self.sender.held_back.discard(call)
         if call.held and not self.closing:
             self.give_back(call.held)
             call.held = 0
@@ -621,6 +636,10 @@ class GRPCConnection(HandlerCalls, asyncio.Protocol):
             self.finish(call, grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded")
             if call.on_cancel is not None:
                 call.on_cancel()
+
+
+def _call_id(call: Call) -> int:
+    return call.id
 
 
 class _ConnectionError(Exception):

@@ -35,6 +35,9 @@ class Sender:
         self.initial_window = http2.DEFAULT_WINDOW  # each new call's
         self.max_frame = http2.DEFAULT_FRAME_SIZE
         self.table_size: int | None = None  # a lowered SETTINGS_HEADER_TABLE_SIZE, to say
+        # The calls with data in ``pending``: what a window update may let go (the others
+        # have nothing to send, however many calls are open).
+        self.held_back: set[Call] = set()
 
     def write(self, data: bytes) -> None:
         """Queue ``data``; what is queued in one round of the loop goes in one write."""
@@ -83,6 +86,7 @@ class Sender:
         windows allow; the rest waits in ``call.pending``."""
         if call.pending:
             call.pending.append((data, flags))
+            self.held_back.add(call)
             return
         if flags & http2.END_HEADERS:
             self.write(http2.frame(http2.HEADERS, flags, call.id, data))
@@ -94,6 +98,7 @@ class Sender:
             self.write(http2.frame(http2.DATA, flags, call.id, data))
             return
         call.pending.append((data, flags))
+        self.held_back.add(call)
         self.pending([call])
 
     def pending(self, calls: Iterable[Call]) -> list[Call]:
@@ -128,8 +133,10 @@ class Sender:
                     call.writable.clear()
             elif call.stream is not None and not self.paused:
                 call.stream.resume()  # it looks whether it may send, and sends later
-            if call.closed and not pending:
-                over.append(call)
+            if not pending:
+                self.held_back.discard(call)
+                if call.closed:
+                    over.append(call)
         return over
 
 
