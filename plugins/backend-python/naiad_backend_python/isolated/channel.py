@@ -242,13 +242,7 @@ class WorkerChannel:
         entries: list[RequestEntry] = [
             (request.id, None if requested is None else [o.name for o in requested], inputs)]
         with self._lock:
-            if self._gone:
-                batch_id = -1
-            else:
-                batch_id = self._next_id
-                self._next_id += 1
-                self._pending[batch_id] = (_Pending(done, None, time.monotonic())
-                                           if self.execute_timeout_s else _Pending(done, None))
+            batch_id = -1 if self._gone else self._number(done, None)
         if batch_id < 0:
             done(WorkerDied("the worker process has ended"))
             return True
@@ -276,11 +270,7 @@ class WorkerChannel:
             if self._gone:
                 batch_id = -1
             else:
-                batch_id = self._next_id
-                self._next_id += 1
-                self._pending[batch_id] = (
-                    _Pending(batch.done, region, time.monotonic()) if self.execute_timeout_s
-                    else _Pending(batch.done, region))
+                batch_id = self._number(batch.done, region)
                 if batch.watched:
                     for index, request in enumerate(batch.requests):
                         if request.sender is not None:
@@ -312,6 +302,15 @@ class WorkerChannel:
                 os.close(fd)
             if holds_region and region is None:
                 self._release_region()  # no region could be made: the batch went inline
+
+    def _number(self, done: Done, region: wire.Region | None) -> int:
+        """The next batch's id, its answer awaited from now on (the caller holds ``_lock``
+        and has seen the worker is not gone)."""
+        batch_id = self._next_id
+        self._next_id += 1
+        self._pending[batch_id] = (_Pending(done, region, time.monotonic())
+                                   if self.execute_timeout_s else _Pending(done, region))
+        return batch_id
 
     def _watch_cancellations(self, requests: Sequence[InferenceRequest], batch_id: int
                              ) -> None:
