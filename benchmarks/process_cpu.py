@@ -2,10 +2,11 @@
 the real Triton 2.51 (tritonserver and its Python stubs), in one run.
 
 Each target serves the ``identity`` Triton Python model (``payloads.py``, FP32 [1, 16])
-pinned to ``--server-cpus``; wrk (HTTP) or h2load (gRPC) load it from ``--client-cpus``
-for ``--duration`` seconds per point. The CPU time of every process of the target (the
-server and all its descendants, read from ``/proc/PID/stat``) is taken before and after
-each point and divided by the requests completed, per role:
+pinned to ``--server-cpus``; wrk (HTTP), h2load (gRPC ``ModelInfer``) or the real
+perf_analyzer (``grpc-stream``: ``--streaming``, from ``../shared/perf_analyzer``) load it from
+``--client-cpus`` for ``--duration`` seconds per point. The CPU time of every process of
+the target (the server and all its descendants, read from ``/proc/PID/stat``) is taken
+before and after each point and divided by the requests completed, per role:
 
 - ``server``: the process started (naiad's engine, or tritonserver);
 - ``frontends``: naiad's frontend processes (``--frontend-processes``);
@@ -18,6 +19,8 @@ over rounds. Needs wrk, h2load, taskset; Triton from ``../shared/triton/setup.sh
     .venv/bin/python benchmarks/process_cpu.py --concurrency 1,8 --rounds 3 --duration 8
     .venv/bin/python benchmarks/process_cpu.py --targets naiad,naiad-inprocess --protocols http
     .venv/bin/python benchmarks/process_cpu.py --naiad-arg=--frontend-processes=2 --server-cpus 0,1
+    .venv/bin/python benchmarks/process_cpu.py --protocols grpc-stream --concurrency 8 \
+        --targets naiad,fp1,triton --variant fp1=--frontend-processes=1
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -155,11 +159,16 @@ def targets(args: argparse.Namespace, repo: Path) -> list[Target]:
         "triton": Target("triton", triton, one_thread),
     }
     for extra in args.before:
-        name, _, exe = extra.partition("=")
-        known[name] = Target(name, [exe, *naiad[1:]], one_thread)
+        name, _, command = extra.partition("=")
+        exe, *flags = command.split()
+        known[name] = Target(name, [exe, *naiad[1:], *flags], one_thread)
     for extra in args.variant:
         name, _, flags = extra.partition("=")
         known[name] = Target(name, [*naiad, *flags.split()], one_thread)
+    unknown = [name for name in args.targets if name not in known]
+    if unknown:
+        raise SystemExit(f"unknown targets {unknown}: name them with --before or --variant "
+                         f"(known: {sorted(known)})")
     return [known[name] for name in args.targets]
 
 
@@ -172,6 +181,55 @@ def write_repository(root: Path, inprocess: bool) -> Path:
     return repo
 
 
+def perf_analyzer() -> tuple[Path, dict[str, str]]:
+    """The real perf_analyzer (``../shared/perf_analyzer/setup.sh`` puts it in ``PA_VENV``,
+    by default ``<tempdir>/naiad-perf-analyzer-venv``) and the environment it runs in (the
+    ``libcudart.so.12`` it links comes from the same environment)."""
+    venv = Path(os.environ.get("PA_VENV", Path(tempfile.gettempdir())
+                               / "naiad-perf-analyzer-venv"))
+    binary = venv / "bin" / "perf_analyzer"
+    if not binary.exists():
+        raise SystemExit(f"no perf_analyzer at {binary}: run ../shared/perf_analyzer/setup.sh")
+    libraries = [str(path) for path in
+                 venv.glob("lib/python3*/site-packages/nvidia/cuda_runtime/lib")]
+    found = os.environ.get("LD_LIBRARY_PATH")
+    return binary, {**os.environ,
+                    "LD_LIBRARY_PATH": ":".join(libraries + ([found] if found else []))}
+
+
+def answered(target: Target) -> int:
+    """The identity model's successful requests so far (the server's metrics)."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{target.ports['metrics']}/metrics",
+                                timeout=5) as answer:
+        text = answer.read().decode()
+    for line in text.splitlines():
+        if line.startswith('nv_inference_request_success{model="identity"'):
+            return int(float(line.rsplit(" ", 1)[1]))
+    return 0
+
+
+def run_streams(target: Target, conc: int, args: argparse.Namespace) -> dict[str, Any]:
+    """``conc`` gRPC ``ModelStreamInfer`` streams, each one request in flight, from the real
+    perf_analyzer (``--streaming``): three measurement windows of a third of ``--duration``.
+    Its requests are counted by the server (the model's ``nv_inference_request_success``)
+    over the whole run, as its CPU is."""
+    binary, env = perf_analyzer()
+    window_ms = max(int(args.duration * 1000 / 3), 500)
+    argv = [str(binary), "-m", "identity", "-u", f"127.0.0.1:{target.ports['grpc']}",
+            "-i", "grpc", "--streaming", "--concurrency-range", str(conc),
+            "--measurement-interval", str(window_ms), "--max-trials", "3",
+            "--stability-percentage", "100", "--shape", "INPUT0:16"]
+    if args.client_cpus:
+        argv = ["taskset", "-c", args.client_cpus, *argv]
+    before, started = answered(target), time.monotonic()
+    run = subprocess.run(argv, env=env, capture_output=True, text=True,
+                         timeout=args.duration * 4 + 60)
+    elapsed, requests = time.monotonic() - started, answered(target) - before
+    if run.returncode != 0:
+        return {"error": f"perf_analyzer rc={run.returncode}: {(run.stdout + run.stderr)[-300:]}"}
+    return {"rps": requests / elapsed, "requests": requests, "errors": 0}
+
+
 def measure(target: Target, protocol: str, conc: int, args: argparse.Namespace,
             payload_dir: Path, work: Path, reply_frame: int) -> dict[str, Any]:
     assert target.process is not None
@@ -180,6 +238,8 @@ def measure(target: Target, protocol: str, conc: int, args: argparse.Namespace,
     if protocol == "http":
         result = po.run_wrk(target.ports["http"], "identity", conc, args.duration, payload_dir,
                             args)
+    elif protocol == "grpc-stream":
+        result = run_streams(target, conc, args)
     else:
         result = po.run_h2load(target.ports["grpc"], "identity", conc, args.duration,
                                payload_dir, args, reply_frame, work)
@@ -194,7 +254,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--targets", default="naiad,naiad-inprocess,triton",
                         type=lambda s: s.split(","))
-    parser.add_argument("--protocols", default="http,grpc", type=lambda s: s.split(","))
+    parser.add_argument("--protocols", default="http,grpc", type=lambda s: s.split(","),
+                        help="http (wrk), grpc (h2load: unary ModelInfer), grpc-stream "
+                             "(perf_analyzer --streaming: ModelStreamInfer)")
     parser.add_argument("--concurrency", default="1,8",
                         type=lambda s: [int(c) for c in s.split(",")])
     parser.add_argument("--duration", type=float, default=8.0, help="seconds per point")
@@ -204,7 +266,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--naiad", default=po.default_naiad())
     parser.add_argument("--naiad-arg", action="append", default=[])
     parser.add_argument("--before", action="append", default=[], metavar="NAME=EXE",
-                        help="another naiad executable to measure as target NAME")
+                        help="another naiad executable to measure as target NAME (flags "
+                             "after it, space-separated, go to its serve command)")
     parser.add_argument("--variant", action="append", default=[], metavar="NAME=FLAGS",
                         help="naiad with these extra flags, measured as target NAME")
     parser.add_argument("--triton", default=str(TRITON_DEFAULT),

@@ -141,6 +141,7 @@ async def _start_frontend_processes(server: InferenceServer, listeners: Listener
     )
     from naiad.frontends.grpc.listener import make_servicer, servicer_handlers
     from naiad.frontends.grpc.loop_infer import BridgedInfer, loop_infer
+    from naiad.frontends.grpc.loop_stream import LoopStreams
 
     http = grpc = None
     if listeners.allow_http:
@@ -150,15 +151,16 @@ async def _start_frontend_processes(server: InferenceServer, listeners: Listener
     if listeners.allow_grpc:
         servicer = make_servicer(server, listeners.grpc)
         handlers = servicer_handlers(server, listeners.grpc, servicer=servicer)
-        # naiad's gRPC server in the frontends sends ModelInfer on the HTTP link, where the
-        # engine answers it on its loop (frames.GRPC_INFER); grpcio's sends every call as a
-        # CALL through the gRPC bridge.
+        # naiad's gRPC server in the frontends sends ModelInfer and ModelStreamInfer on the
+        # HTTP link, where the engine answers them on its loop (frames.GRPC_INFER,
+        # GRPC_STREAM); grpcio's sends every call as a CALL through the gRPC bridge.
         infer = None
         if listeners.allow_http and listeners.grpc.server == "naiad":
             infer = BridgedInfer(loop_infer(servicer, listeners.grpc), handlers,
                                  ThreadPoolExecutor(max_workers=MAX_THREADS,
                                                     thread_name_prefix="naiad-grpc"),
-                                 asyncio.get_running_loop())
+                                 asyncio.get_running_loop(),
+                                 LoopStreams(servicer, listeners.grpc, handlers))
         grpc = GRPCForwarding(handlers, listeners.grpc_address, listeners.grpc_port,
                               listeners.grpc, server.options.max_input_size,
                               server.options.max_response_size, infer)

@@ -374,8 +374,8 @@ FLAGS: tuple[Flag, ...] = (
               "no limit (naiad only; default 60000)"),
     Flag(("--grpc-max-streams",), LISTENERS, default=1024, type=_count_or_zero,
          metavar="STREAMS", option="grpc.max_streams",
-         help="the most ModelStreamInfer calls open at once (on --grpc-server=grpcio and in "
-              "frontend processes each holds a server thread); more are refused "
+         help="the most ModelStreamInfer calls open at once (on --grpc-server=grpcio each "
+              "holds a server thread); more are refused "
               "RESOURCE_EXHAUSTED, and other calls always keep threads of their own; 0: no "
               "bound (naiad only; default 1024)"),
     Flag(("--grpc-server",), LISTENERS, default="naiad", choices=GRPC_SERVERS,

@@ -53,6 +53,9 @@ input [ { name: "IN", data_type: TYPE_INT32, dims: [ 1 ] } ]
 output [ { name: "OUT", data_type: TYPE_INT32, dims: [ 1 ] } ]
 """
 
+# --grpc-stream-idle-timeout of the server: the engine's loop ends a stream idle that long.
+IDLE_TIMEOUT_MS = 1000
+
 BODY = json.dumps({"inputs": [{"name": "INPUT0", "shape": [1, 4], "datatype": "FP32",
                                "data": [1, 2, 3, 4]}]}).encode()
 
@@ -73,7 +76,8 @@ def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def server(repo: Path) -> Iterator[ServerProcess]:
     with naiad_server("--model-repository", str(repo), "--frontend-processes", "2",
                       "--http-max-input-size", "65536", "--model-control-mode", "explicit",
-                      "--load-model", "*") as process:
+                      "--load-model", "*", f"--grpc-stream-idle-timeout={IDLE_TIMEOUT_MS}"
+                      ) as process:
         yield process
 
 
@@ -407,6 +411,78 @@ def test_grpc_is_served_by_the_frontend_processes_too(server: ServerProcess) -> 
     client.stop_stream()
     assert responses == [0, 1, 2]
     client.close()
+
+
+def test_a_grpc_stream_runs_on_the_engines_loop_through_the_frontends(
+        server: ServerProcess) -> None:
+    """naiad's gRPC server in a frontend sends ModelStreamInfer to the engine's event loop
+    (frames.GRPC_STREAM): many requests answered in order, a refused one answered in the
+    stream while the stream goes on, the statistics in the engine, no thread per stream in
+    either process, and --grpc-stream-idle-timeout kept by the engine."""
+    import grpc
+    from tritonclient.grpc import service_pb2, service_pb2_grpc
+
+    assert server.process is not None
+    engine = server.process.pid
+    frontends = _frontends(server)
+    threads = {pid: _threads(pid) for pid in [engine, *frontends]}
+    before = _stats(server, "add_sub")["inference_count"]
+
+    def request(number: int, model: str = "add_sub") -> service_pb2.ModelInferRequest:
+        message = service_pb2.ModelInferRequest(model_name=model, id=f"r{number}")
+        for name in ("INPUT0", "INPUT1"):
+            message.inputs.add(name=name, datatype="FP32", shape=[4])
+            message.raw_input_contents.append(np.full(4, number, np.float32).tobytes())
+        return message
+
+    def one_then_wait(first: service_pb2.ModelInferRequest | None) -> Iterator:
+        if first is not None:
+            yield first
+        release.wait(60)  # bounded: set as the test ends
+
+    requests = [request(number) for number in range(40)]
+    requests.insert(20, request(99, "no_such_model"))
+    release = threading.Event()
+    with grpc.insecure_channel(server.grpc_url) as channel:
+        stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+        try:
+            answers = list(stub.ModelStreamInfer(iter(requests), timeout=60))
+            # Open streams, each with one request answered: none holds a thread.
+            held = [stub.ModelStreamInfer(one_then_wait(request(number)), timeout=60)
+                    for number in range(12)]
+            for call in held:
+                assert next(call).error_message == ""
+            for pid, count in threads.items():
+                assert _threads(pid) < count + 6, (pid, count)
+            for call in held:
+                call.cancel()
+            # An idle stream is ended by the engine, naming the flag.
+            started = time.monotonic()
+            with pytest.raises(grpc.RpcError) as idle:
+                list(stub.ModelStreamInfer(one_then_wait(None), timeout=60))
+            waited = time.monotonic() - started
+        finally:
+            release.set()
+    assert idle.value.code() == grpc.StatusCode.UNAVAILABLE
+    assert "--grpc-stream-idle-timeout" in (idle.value.details() or "")
+    assert IDLE_TIMEOUT_MS / 1000 * 0.9 < waited < 30
+    errors = [answer.error_message for answer in answers]
+    assert "no_such_model" in errors.pop(20)
+    assert errors == [""] * 40
+    ok = [answer.infer_response for answer in answers if not answer.error_message]
+    assert [response.id for response in ok] == [f"r{number}" for number in range(40)]
+    for number, response in enumerate(ok):
+        got = np.frombuffer(response.raw_output_contents[0], np.float32)
+        np.testing.assert_array_equal(got, np.full(4, 2 * number, np.float32))
+    assert _stats(server, "add_sub")["inference_count"] - before == 40 + 12
+
+
+def _threads(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("Threads:"):
+                return int(line.split()[1])
+    raise AssertionError(f"no thread count for {pid}")
 
 
 def _listens_on(pid: int, port: int) -> bool:

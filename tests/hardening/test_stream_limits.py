@@ -31,6 +31,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
+import h2.config
+import h2.connection
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
@@ -70,6 +72,39 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     with naiad_server("--model-repository", str(repo), f"--grpc-max-streams={MAX_STREAMS}",
                       f"--stream-max-buffered-responses={MAX_BUFFERED}") as process:
         yield process
+
+
+@pytest.fixture(scope="module")
+def bridged_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    """``server`` with a frontend process: HTTP answers and gRPC streams cross the bridge
+    (naiad.frontends.bridge), where the engine keeps at most frames.ANSWER_WINDOW_BYTES of
+    an answer or a stream's responses in flight to the frontend. Before, the engine wrote
+    every event at once: they waited in the frontend process as bytes, the stream's bound
+    was never reached, and an unread generate_stream held its model's responses (and the
+    frontend's memory) to the end."""
+    repo = _repository(tmp_path_factory.mktemp("stream-limits-bridged"))
+    with naiad_server("--model-repository", str(repo), "--frontend-processes=1",
+                      f"--grpc-max-streams={MAX_STREAMS}",
+                      f"--stream-max-buffered-responses={MAX_BUFFERED}") as process:
+        yield process
+
+
+#: the gRPC stream cases run against a single process and through a frontend process, where
+#: the engine runs the stream on its loop and counts it against --grpc-max-streams
+GRPC_SERVERS = pytest.mark.parametrize("grpc_server", ["server", "bridged_server"])
+
+
+def frontend_pids(server: ServerProcess) -> list[int]:
+    """The server's frontend processes (children running the frontend program)."""
+    assert server.process is not None
+    found = []
+    with open(f"/proc/{server.process.pid}/task/{server.process.pid}/children") as f:
+        children = [int(pid) for pid in f.read().split()]
+    for pid in children:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            if b"naiad.frontends.bridge.frontend_main" in f.read():
+                found.append(pid)
+    return found
 
 
 def region_mappings(pid: int) -> int:
@@ -141,10 +176,15 @@ def flood_completes(server: ServerProcess, count: int = 5) -> None:
 # --- item 1: open streams --------------------------------------------------------------
 
 
-def test_idle_streams_are_capped_and_leave_threads_to_other_calls(server: ServerProcess):
+@GRPC_SERVERS
+def test_idle_streams_are_capped_and_leave_threads_to_other_calls(
+        grpc_server: str, request: pytest.FixtureRequest):
+    server: ServerProcess = request.getfixturevalue(grpc_server)
     assert server.process is not None
     pid = server.process.pid
     threads_before = status_field(pid, "Threads")
+    frontends = frontend_pids(server)
+    frontend_threads = [status_field(frontend, "Threads") for frontend in frontends]
     with grpc.insecure_channel(server.grpc_url) as channel:
         stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
         # Each sends one request and reads its answer: then every one is open in the server.
@@ -158,8 +198,11 @@ def test_idle_streams_are_capped_and_leave_threads_to_other_calls(server: Server
             assert f"--grpc-max-streams={MAX_STREAMS}" in details
             served(server)
             # naiad's gRPC server runs streams on its event loop: an open one holds no
-            # thread (grpc's server, --grpc-server=grpcio, gives each a thread and a reader)
+            # thread (grpc's server, --grpc-server=grpcio, gives each a thread and a reader),
+            # nor, through a frontend process, in the frontend or in the engine
             assert status_field(pid, "Threads") <= threads_before + 16
+            for frontend, before in zip(frontends, frontend_threads, strict=True):
+                assert status_field(frontend, "Threads") <= before + 16
         finally:
             for stream in held:
                 stream.close()
@@ -221,7 +264,10 @@ def _flood_done(server: ServerProcess, before: int) -> None:
                "the flood model's execute returns")
 
 
-def test_grpc_stream_that_is_not_read_is_ended_at_its_bound(server: ServerProcess):
+@GRPC_SERVERS
+def test_grpc_stream_that_is_not_read_is_ended_at_its_bound(
+        grpc_server: str, request: pytest.FixtureRequest):
+    server: ServerProcess = request.getfixturevalue(grpc_server)
     assert server.process is not None
     pid = server.process.pid
     before = request_counts(server.http_port, "flood")["executions"]
@@ -243,7 +289,10 @@ def test_grpc_stream_that_is_not_read_is_ended_at_its_bound(server: ServerProces
     served(server)
 
 
-def test_grpc_stream_left_unread_frees_its_responses_at_once(server: ServerProcess):
+@GRPC_SERVERS
+def test_grpc_stream_left_unread_frees_its_responses_at_once(
+        grpc_server: str, request: pytest.FixtureRequest):
+    server: ServerProcess = request.getfixturevalue(grpc_server)
     assert server.process is not None
     pid = server.process.pid
     count = MAX_BUFFERED // 2  # within the bound: held until the client goes
@@ -256,6 +305,44 @@ def test_grpc_stream_left_unread_frees_its_responses_at_once(server: ServerProce
     # freed by the stream's end, not by a garbage collection that may come much later
     wait_until(lambda: region_mappings(pid) == 0, "the left stream's regions are unmapped")
     flood_completes(server)
+
+
+@GRPC_SERVERS
+def test_grpc_stream_responses_wait_in_the_engine_while_the_client_does_not_read(
+        grpc_server: str, request: pytest.FixtureRequest):
+    """A client that grants no flow-control window beyond HTTP/2's first 64 KiB: the
+    responses its stream cannot take wait in the engine, unencoded (each still maps its
+    region), instead of piling up as bytes: in the connection's send buffer, at most
+    sending.STREAM_SEND_BUFFER; through a frontend process, at most
+    frames.ANSWER_WINDOW_BYTES in flight to the frontend, which holds them for the client."""
+    server: ServerProcess = request.getfixturevalue(grpc_server)
+    assert server.process is not None
+    pid = server.process.pid
+    count = 44  # within the stream's bound (MAX_BUFFERED); 2.75 MiB of responses
+    before = request_counts(server.http_port, "flood")["executions"]
+    sock = socket.create_connection(("127.0.0.1", server.grpc_port), timeout=ANSWER_TIMEOUT_S)
+    try:
+        client = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
+        client.initiate_connection()
+        stream = client.get_next_available_stream_id()
+        client.send_headers(stream, [
+            (":method", "POST"), (":scheme", "http"),
+            (":path", "/inference.GRPCInferenceService/ModelStreamInfer"),
+            (":authority", "localhost"), ("content-type", "application/grpc"),
+            ("te", "trailers")])
+        message = flood_request(count).SerializeToString()
+        client.send_data(stream, b"\0" + len(message).to_bytes(4, "big") + message)
+        sock.sendall(client.data_to_send())  # and nothing more: it reads nothing
+        _flood_done(server, before)
+        wait_until(lambda: region_mappings(pid) >= count // 2,
+                   "the responses the client cannot take wait in the engine")
+        time.sleep(1.0)  # and they stay there
+        assert region_mappings(pid) >= count // 2
+    finally:
+        sock.close()
+    wait_until(lambda: region_mappings(pid) == 0, "the left stream's regions are unmapped")
+    flood_completes(server)
+    served(server)
 
 
 def read_events(sock: socket.socket, pace_s: float = 0.0) -> tuple[list[dict], bool]:
@@ -275,20 +362,6 @@ def read_events(sock: socket.socket, pace_s: float = 0.0) -> tuple[list[dict], b
     events = [json.loads(line[len(b"data: "):]) for line in data.split(b"\n")
               if line.startswith(b"data: ") and line.endswith(b"}")]
     return events, complete
-
-
-@pytest.fixture(scope="module")
-def bridged_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    """``server`` with a frontend process: HTTP answers cross the bridge
-    (naiad.frontends.bridge), where the engine keeps at most frames.ANSWER_WINDOW_BYTES of
-    an answer in flight to the frontend. Before, the engine wrote every event at once: they
-    waited in the frontend process as bytes, the stream's bound was never reached, and an
-    unread generate_stream held its model's responses (and the frontend's memory) to the
-    end."""
-    repo = _repository(tmp_path_factory.mktemp("stream-limits-bridged"))
-    with naiad_server("--model-repository", str(repo), "--frontend-processes=1",
-                      f"--stream-max-buffered-responses={MAX_BUFFERED}") as process:
-        yield process
 
 
 #: the generate_stream cases run against a single process and through a frontend process

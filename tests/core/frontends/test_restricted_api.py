@@ -12,6 +12,7 @@ from __future__ import annotations
 import http.client
 import json
 import queue
+from pathlib import Path
 
 import grpc
 import pytest
@@ -153,16 +154,20 @@ def call(stub, rpc: str, request, metadata: list[tuple[str, str]]) -> tuple[str,
 # --- every group restricted, each with its own header -----------------------------------------
 
 
-@pytest.fixture(scope="module")
-def every_group(tmp_path_factory):
+def every_group_server(repo: Path, *extra: str):
+    """A server with every group restricted, each with its own header."""
     args = []
     for group in GROUPS:
         args += [f"--http-restricted-api={group}:{key(group)}={value(group)}",
                  f"--grpc-restricted-protocol={group}:{key(group)}={value(group)}"]
-    repo = params_repository(tmp_path_factory.mktemp("restricted-all"))
     # Health is restricted too: readiness is asked with its header.
-    with naiad_server("--model-repository", str(repo), *args,
-                      ready_headers={key("health"): value("health")}) as server:
+    return naiad_server("--model-repository", str(params_repository(repo)), *args, *extra,
+                        ready_headers={key("health"): value("health")})
+
+
+@pytest.fixture(scope="module")
+def every_group(tmp_path_factory):
+    with every_group_server(tmp_path_factory.mktemp("restricted-all")) as server:
         yield server
 
 
@@ -216,13 +221,25 @@ def stream(stub, metadata: list[tuple[str, str]]) -> list[str]:
 
 
 def test_grpc_stream_is_refused_as_a_whole(every_group_stub):
+    stream_is_refused_as_a_whole(every_group_stub)
+
+
+def test_grpc_stream_is_refused_as_a_whole_through_a_frontend_process(tmp_path):
+    """The engine checks the header of a stream a frontend process forwards to its loop
+    (frames.GRPC_STREAM) as a single-process server does."""
+    with every_group_server(tmp_path, "--frontend-processes=1") as server, \
+            grpc.insecure_channel(server.grpc_url) as channel:
+        stream_is_refused_as_a_whole(service_pb2_grpc.GRPCInferenceServiceStub(channel))
+
+
+def stream_is_refused_as_a_whole(stub) -> None:
     for metadata in ([], [(PREFIX + key("inference"), "wrong")],
                      [(PREFIX + key("health"), value("health"))]):
         with pytest.raises(grpc.RpcError) as info:
-            stream(every_group_stub, metadata)
+            stream(stub, metadata)
         assert info.value.code() == grpc.StatusCode.UNAVAILABLE
         assert info.value.details() == grpc_refusal(key("inference"))
-    assert stream(every_group_stub, [(PREFIX + key("inference"), value("inference"))]) == ["", ""]
+    assert stream(stub, [(PREFIX + key("inference"), value("inference"))]) == ["", ""]
 
 
 # --- some groups restricted, two sharing one header ---------------------------------------

@@ -1,13 +1,20 @@
 """The frames of a plain inference between a frontend process and the engine
 (``naiad.frontends.bridge.frames``: INFER and ANSWER), and how a frontend reads the engine's
-answer when the engine ran the request in the application instead (a RESPONSE)."""
+answer when the engine ran the request in the application instead (a RESPONSE); the frames
+of a gRPC call answered on the engine's loop, and the engine's end of a forwarded stream
+(``stream_engine.ForwardedStreamCall``)."""
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Iterator
+
+import grpc
 import pytest
 
 from naiad.frontends.bridge import frames
 from naiad.frontends.bridge.frontend import _answer_of
+from naiad.frontends.bridge.stream_engine import ForwardedStreamCall
 from naiad.frontends.http.infer import Answer
 
 
@@ -70,3 +77,83 @@ def test_a_grpc_answer_frame_gives_the_status_and_the_response(code: int, detail
     data = frames.grpc_answer_frame(11, code, details, message)
     assert data[4] == frames.GRPC_ANSWER
     assert frames.read_grpc_answer(body_of(data)) == (code, details, message, False)
+
+
+@pytest.mark.parametrize(("code", "now", "details"), [
+    (0, False, ""),
+    (8, True, "ModelStreamInfer: more than --stream-max-buffered-responses=48 — ended"),
+])
+def test_a_stream_end_frame_gives_the_status_and_whether_to_drop_what_waits(
+        code: int, now: bool, details: str) -> None:
+    data = frames.stream_end_frame(5, code, details, now)
+    assert data[4] == frames.STREAM_END
+    assert frames.read_stream_end(body_of(data)) == (code, now, details)
+
+
+class _RecordingStream:
+    """What ForwardedStreamCall hands a LoopStream, recorded."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple] = []
+
+    def on_message(self, message: bytes) -> None:
+        self.seen.append(("message", message))
+
+    def on_client_end(self) -> None:
+        self.seen.append(("client end",))
+
+    def resume(self) -> None:
+        self.seen.append(("resume",))
+
+    def call_over(self) -> None:
+        self.seen.append(("over",))
+
+
+@pytest.fixture
+def loop() -> Iterator[asyncio.AbstractEventLoop]:
+    running = asyncio.new_event_loop()
+    yield running
+    running.close()
+
+
+def _forwarded_call(loop: asyncio.AbstractEventLoop
+                    ) -> tuple[ForwardedStreamCall, _RecordingStream, list[bytes], dict]:
+    written: list[bytes] = []
+    streams: dict = {}
+    call = ForwardedStreamCall(7, (("k", "v"),), written.append, streams, loop)
+    stream = call.stream = _RecordingStream()
+    call.on_cancel = lambda: stream.seen.append(("cancelled",))
+    return call, stream, written, streams
+
+
+def test_a_forwarded_stream_takes_the_frontends_frames_and_keeps_its_window(
+        loop: asyncio.AbstractEventLoop) -> None:
+    call, stream, written, streams = _forwarded_call(loop)
+    assert streams == {7: call}
+    call.on_frame(frames.MESSAGE, body_of(frames.message_frame(7, b"request")))
+    call.on_frame(frames.HALF_CLOSE, body_of(frames.frame(frames.HALF_CLOSE, 7)))
+    assert stream.seen == [("message", b"request"), ("client end",)]
+    half = b"r" * (frames.ANSWER_WINDOW_BYTES // 2)
+    for _ in range(2):
+        assert call.may_send(call)
+        call.send_message(call, half)
+    assert not call.may_send(call)  # a window's worth is in flight, none reported SENT
+    assert [frames.read_body(body_of(data))[1] for data in written] == [half, half]
+    call.on_frame(frames.SENT, body_of(frames.sent_frame(7, len(half))))
+    assert call.may_send(call) and stream.seen[-1] == ("resume",)
+    call.finish(call, grpc.StatusCode.OK, "")
+    assert frames.read_stream_end(body_of(written[-1])) == (0, False, "")
+    assert streams == {} and stream.seen[-1] == ("over",)
+    call.send_message(call, b"late")
+    call.end_now(call, grpc.StatusCode.RESOURCE_EXHAUSTED, "late")
+    assert len(written) == 3  # nothing after its end
+
+
+def test_a_forwarded_stream_the_client_left_is_cancelled_and_over(
+        loop: asyncio.AbstractEventLoop) -> None:
+    call, stream, written, streams = _forwarded_call(loop)
+    call.on_frame(frames.DISCONNECT, body_of(frames.frame(frames.DISCONNECT, 7)))
+    assert stream.seen == [("cancelled",), ("over",)]
+    assert streams == {} and written == []
+    call.finish(call, grpc.StatusCode.CANCELLED, "")
+    assert written == []  # the frontend ended the call: the engine writes nothing more

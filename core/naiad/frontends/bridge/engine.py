@@ -25,9 +25,10 @@ from typing import Any
 import orjson
 
 from naiad.frontends.bridge import frames
+from naiad.frontends.bridge.stream_engine import ForwardedStreamCall
 from naiad.frontends.http.infer import Answer, InferExchange, InferRoute, infer_headers
 
-# grpc.StatusCode.UNIMPLEMENTED's number (the engine's end needs no grpc import for it).
+# grpc.StatusCode.UNIMPLEMENTED's number, for the calls not served on this link.
 _UNIMPLEMENTED = 12
 log = logging.getLogger("naiad.http")
 
@@ -129,7 +130,8 @@ class _Direct(InferExchange):
 class _EngineConnection:
     """One frontend process's connection. ``route``: the application's infer route, for
     plain inferences (None: they run in the application too); ``grpc``: what answers the
-    gRPC ``ModelInfer`` calls the frontend's gRPC server sends here (``GRPC_INFER``)."""
+    gRPC ``ModelInfer`` and ``ModelStreamInfer`` calls the frontend's gRPC server sends
+    here (``GRPC_INFER``, ``GRPC_STREAM``)."""
 
     def __init__(self, app: Any, route: InferRoute | None, grpc: Any = None) -> None:
         self.app = app
@@ -137,6 +139,8 @@ class _EngineConnection:
         self.grpc = grpc
         # GRPC_INFER calls in progress: ticket -> what cancels it (None: nothing yet).
         self.grpc_calls: dict[int, Any] = {}
+        # ModelStreamInfer calls open on the loop (GRPC_STREAM), by exchange.
+        self.grpc_streams: dict[int, ForwardedStreamCall] = {}
         self.loop = asyncio.get_running_loop()
         self.exchanges: dict[int, _Exchange] = {}
         self.direct: dict[int, _Direct] = {}
@@ -149,6 +153,13 @@ class _EngineConnection:
             return
         if kind == frames.GRPC_INFER:
             self._grpc_infer(exchange_id, body)
+            return
+        stream = self.grpc_streams.get(exchange_id)
+        if stream is not None:
+            stream.on_frame(kind, body)
+            return
+        if kind == frames.GRPC_STREAM:
+            self._grpc_stream(exchange_id, body)
             return
         if exchange_id in self.grpc_calls:
             if kind == frames.DISCONNECT:  # the call ended on the client's side
@@ -208,6 +219,17 @@ class _EngineConnection:
         if exchange_id in self.grpc_calls:  # not answered at once
             self.grpc_calls[exchange_id] = cancel
 
+    def _grpc_stream(self, exchange_id: int, body: memoryview) -> None:
+        _method, _streaming, _seconds_left, metadata, _request = frames.read_call(body)
+        streams = None if self.grpc is None else self.grpc.streams
+        if streams is None:  # not served here: the frontend sends CALLs instead
+            self.protocol.write(frames.stream_end_frame(
+                exchange_id, _UNIMPLEMENTED, "ModelStreamInfer is not served on this link"))
+            return
+        call = ForwardedStreamCall(exchange_id, frames.metadata_from(metadata),
+                                   self.protocol.write, self.grpc_streams, self.loop)
+        streams.start(call, call)
+
     def _grpc_answered(self, exchange_id: int, code: Any, details: str,
                        payload: bytes | None) -> None:
         if exchange_id not in self.grpc_calls:
@@ -245,6 +267,8 @@ class _EngineConnection:
         for cancel in calls.values():
             if cancel is not None:
                 cancel()
+        for stream in list(self.grpc_streams.values()):
+            stream.lost()
 
 
 def _scope(forwarded: dict[str, Any]) -> dict[str, Any]:

@@ -47,6 +47,15 @@ instead, where the engine answers it on its event loop, as a single-process serv
 (:mod:`naiad.frontends.grpc.loop_infer`): ``GRPC_INFER`` (a ``CALL``'s body) and
 ``GRPC_ANSWER`` (``<u8 code> <u8 uncompressed> <u32 size> <details>`` and the response
 message when the code is OK); ``DISCONNECT`` when the call ended on the client's side.
+
+So does a ``ModelStreamInfer`` that naiad's gRPC server in a frontend takes
+(:class:`.frontend.ForwardedStreams`, :mod:`.stream_engine`): ``GRPC_STREAM`` (a ``CALL``'s body, no
+request), then ``MESSAGE``, ``HALF_CLOSE`` and ``DISCONNECT`` as on the second connection,
+and ``SENT`` as the client's connection takes the responses; the engine answers with a
+``MESSAGE`` per response and ``STREAM_END`` (``<u8 code> <u8 now>`` and the details;
+``now``: what the frontend still holds of the answers is dropped, as a single-process
+server drops it for a client that does not read). The engine keeps at most
+:data:`ANSWER_WINDOW_BYTES` of a stream's responses sent and not yet ``SENT`` back.
 """
 
 from __future__ import annotations
@@ -66,6 +75,7 @@ CALL, MESSAGE, HALF_CLOSE, STATUS = 6, 7, 8, 9
 INFER, ANSWER = 10, 11
 GRPC_INFER, GRPC_ANSWER = 12, 13
 SENT = 14
+GRPC_STREAM, STREAM_END = 15, 16
 #: The most answer body bytes of one exchange in flight between the engine and the client's
 #: connection in the frontend (the frontend's own writer buffers up to uvicorn's high-water
 #: mark on top). Large enough that an answer read at speed never waits on the round trip.
@@ -264,6 +274,22 @@ def metadata_from(metadata: list[list[Any]]) -> tuple[tuple[str, Any], ...]:
     """A CALL frame's metadata as grpc's ``invocation_metadata()`` gives it."""
     return tuple((key, base64.b64decode(value) if binary else value)
                  for key, value, binary in metadata)
+
+
+_STREAM_END_HEAD = struct.Struct("<BB")
+
+
+def stream_end_frame(exchange: int, code: int, details: str, now: bool = False) -> bytes:
+    """The end of a stream run on the engine's loop: its status, and whether the frontend
+    drops what it still holds of the stream's responses (``now``)."""
+    return frame(STREAM_END, exchange, _STREAM_END_HEAD.pack(code, now),
+                 details.encode("utf-8"))
+
+
+def read_stream_end(body: memoryview) -> tuple[int, bool, str]:
+    """(code, now, details) of a STREAM_END frame."""
+    code, now = _STREAM_END_HEAD.unpack_from(body, 0)
+    return code, bool(now), bytes(body[_STREAM_END_HEAD.size:]).decode("utf-8")
 
 
 def message_frame(exchange: int, data: bytes, uncompressed: bool = False) -> bytes:

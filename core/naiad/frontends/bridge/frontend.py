@@ -6,6 +6,12 @@ HTTP work (uvicorn and naiad's guard: parsing, header limits and timeouts, keep-
 writing), which is what it takes off the engine. A plain inference skips ASGI here as in a
 single-process server (:mod:`naiad.frontends.http.protocol`): :class:`ForwardedInfer` sends
 it as one ``INFER`` frame and writes the engine's ``ANSWER``.
+
+naiad's gRPC server in a frontend process sends ``ModelInfer`` (:class:`ForwardedGRPCInfer`)
+and ``ModelStreamInfer`` (:class:`ForwardedStreams`) on the same link, where the engine
+answers them on its event loop, with no thread on either side: a stream's request messages
+go to the engine as they come off the HTTP/2 connection, its responses from the engine
+straight to it.
 """
 
 from __future__ import annotations
@@ -15,7 +21,7 @@ import logging
 from collections import deque
 from collections.abc import Callable
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import grpc
 
@@ -23,6 +29,10 @@ from naiad.frontends.bridge import frames
 from naiad.frontends.grpc.calls import CODES
 from naiad.frontends.http.codec import HEADER_LENGTH, error_body
 from naiad.frontends.http.infer import Answer, InferExchange, OnAnswer
+
+if TYPE_CHECKING:
+    from naiad.frontends.grpc.call import Call
+    from naiad.frontends.grpc.connection import GRPCConnection
 
 log = logging.getLogger("naiad.http")
 
@@ -66,6 +76,8 @@ class EngineLink:
         self.plain: dict[int, tuple[InferExchange, OnAnswer]] = {}
         # gRPC ModelInfer calls waiting for their answer (GRPC_INFER): ticket -> callback.
         self.grpc: dict[int, Callable[[grpc.StatusCode, str, bytes | None], object]] = {}
+        # ModelStreamInfer calls open on the engine's loop (GRPC_STREAM), by ticket.
+        self.streams: dict[int, ForwardedStream] = {}
 
     async def connect(self) -> None:
         loop = asyncio.get_running_loop()
@@ -87,7 +99,16 @@ class EngineLink:
         self.grpc[self._next] = on_answer
         return self._next
 
+    def open_stream(self, stream: ForwardedStream) -> int:
+        self._next += 1
+        self.streams[self._next] = stream
+        return self._next
+
     def _frame(self, kind: int, exchange: int, body: memoryview) -> None:
+        stream = self.streams.get(exchange)
+        if stream is not None:
+            stream.on_frame(kind, body)
+            return
         if kind == frames.GRPC_ANSWER:
             on_grpc_answer = self.grpc.pop(exchange, None)
             if on_grpc_answer is not None:
@@ -117,6 +138,9 @@ class EngineLink:
         calls, self.grpc = self.grpc, {}
         for on_grpc_answer in calls.values():
             on_grpc_answer(grpc.StatusCode.UNAVAILABLE, "the server is shutting down", None)
+        streams, self.streams = self.streams, {}
+        for stream in streams.values():
+            stream.lost()
 
 
 def _answer_of(kind: int, body: memoryview) -> Answer:
@@ -185,6 +209,89 @@ class ForwardedGRPCInfer:
         """The call ended on the client's side (cancelled, past its deadline)."""
         if self.link.grpc.pop(ticket, None) is not None:
             self.link.protocol.write(frames.frame(frames.DISCONNECT, ticket))
+
+
+class ForwardedStreams:
+    """Starts the ``ModelStreamInfer`` calls of this frontend's gRPC server on the engine's
+    loop, which checks them as a single-process server does (a restricted API's header,
+    ``--grpc-max-streams``)."""
+
+    def __init__(self, link: EngineLink) -> None:
+        self.link = link
+
+    def start(self, connection: GRPCConnection, call: Call) -> bool:
+        """Take ``call`` (False: the engine's link is gone, its handler answers it)."""
+        if self.link.lost.is_set():
+            return False
+        stream = ForwardedStream(self.link, connection, call)
+        call.stream = stream
+        call.on_cancel = stream.withdraw
+        return True
+
+
+class ForwardedStream:
+    """One forwarded stream: the connection's hooks of a stream run on the loop
+    (``on_message``, ``on_client_end``, ``resume``, ``call_over``), and the engine's frames
+    for it (:meth:`on_frame`)."""
+
+    def __init__(self, link: EngineLink, connection: GRPCConnection, call: Call) -> None:
+        self.link = link
+        self.connection = connection
+        self.call = call
+        self.received = 0  # response bytes the engine sent
+        self.reported = 0  # of which reported SENT (taken by the client's connection)
+        self.exchange = link.open_stream(self)
+        link.protocol.write(frames.call_frame(self.exchange, "ModelStreamInfer", True, None,
+                                              frames.metadata_of(call.metadata),
+                                              kind=frames.GRPC_STREAM))
+
+    # --- the client's side (the connection calls these) ----------------------------------
+
+    def on_message(self, message: bytes) -> None:
+        self.link.protocol.write(frames.message_frame(self.exchange, message))
+
+    def on_client_end(self) -> None:
+        self.link.protocol.write(frames.frame(frames.HALF_CLOSE, self.exchange))
+
+    def resume(self) -> None:
+        """The client read: report what its connection took, once it took all it was given
+        and a quarter of the window or more (most responses cost no frame of their own)."""
+        taken = self.received - self.reported
+        if (taken >= frames.ANSWER_WINDOW_BYTES // 4 and not self.call.pending
+                and not self.connection.sender.paused and self.exchange in self.link.streams):
+            self.reported = self.received
+            self.link.protocol.write(frames.sent_frame(self.exchange, taken))
+
+    def withdraw(self) -> None:
+        """The call ended on the client's side (cancelled, past its deadline): the engine
+        cancels what runs, unless it ended the call itself."""
+        if self.link.streams.pop(self.exchange, None) is not None:
+            self.link.protocol.write(frames.frame(frames.DISCONNECT, self.exchange))
+
+    def call_over(self) -> None:
+        self.withdraw()
+
+    # --- the engine's side ---------------------------------------------------------------
+
+    def on_frame(self, kind: int, body: memoryview) -> None:
+        if kind == frames.MESSAGE:
+            message = bytes(body[1:])
+            self.received += len(message)
+            self.connection.send_message(self.call, message, bool(body[0]))
+            self.resume()
+        elif kind == frames.STREAM_END:
+            self.link.streams.pop(self.exchange, None)
+            code, now, details = frames.read_stream_end(body)
+            status = CODES.get(code, grpc.StatusCode.UNKNOWN)
+            if now:
+                self.connection.end_now(self.call, status, details)
+            else:
+                self.connection.finish(self.call, status, details)
+
+    def lost(self) -> None:
+        """The engine's connection ended."""
+        self.connection.finish(self.call, grpc.StatusCode.UNAVAILABLE,
+                               "the server is shutting down")
 
 
 def _forwarded_scope(scope: dict[str, Any]) -> dict[str, Any]:

@@ -26,6 +26,7 @@ from naiad.frontends.bridge.frontend import (
     EngineLink,
     ForwardedGRPCInfer,
     ForwardedInfer,
+    ForwardedStreams,
     ForwardingApp,
 )
 from naiad.frontends.http.limits import HTTPLimits
@@ -94,7 +95,8 @@ async def serve(args: argparse.Namespace) -> int:
 async def _start_grpc(args: argparse.Namespace, link: EngineLink | None) -> tuple[Any, Any]:
     """The gRPC server (grpc's or naiad's, as ``--grpc-server`` says), forwarding to the
     engine, and its link to the engine. With the HTTP ``link`` (HTTP is served too), naiad's
-    server sends ``ModelInfer`` there, for the engine's event loop."""
+    server sends ``ModelInfer`` and ``ModelStreamInfer`` there, for the engine's event
+    loop."""
     from naiad.frontends.bridge.grpc_forwarding import (
         GRPCEngineLink,
         forwarding_handlers,
@@ -112,9 +114,10 @@ async def _start_grpc(args: argparse.Namespace, link: EngineLink | None) -> tupl
 
         # Every frontend process listens on the same port (SO_REUSEPORT).
         options.reuse_port = True
-        service = GRPCService(options, asyncio.get_running_loop(),
-                              forwarding_handlers(grpc_link, None), settings["max_input_size"],
-                              None if link is None else ForwardedGRPCInfer(link))
+        service = GRPCService(
+            options, asyncio.get_running_loop(), forwarding_handlers(grpc_link, None),
+            settings["max_input_size"], None if link is None else ForwardedGRPCInfer(link),
+            None if link is None else ForwardedStreams(link))
         return await serve_grpc(service, settings["address"], settings["port"]), grpc_link
     server, _watch = start_forwarding_server(
         grpc_link, options, settings["address"], settings["port"],

@@ -34,7 +34,7 @@ from naiad.frontends.grpc import http2
 from naiad.frontends.grpc.call import Call
 from naiad.frontends.grpc.handler_calls import END, HandlerCalls
 from naiad.frontends.grpc.options import GRPCOptions
-from naiad.frontends.grpc.sending import Sender
+from naiad.frontends.grpc.sending import STREAM_SEND_BUFFER, Sender
 from naiad.frontends.grpc.status import bounded_message
 
 log = logging.getLogger("naiad.grpc")
@@ -529,6 +529,15 @@ class GRPCConnection(HandlerCalls, asyncio.Protocol):
             call.unread = 0
 
     # --- ending calls ---------------------------------------------------------------------
+
+    def may_send(self, call: Call) -> bool:
+        """Whether a stream run on the loop may send another answer: the client reads
+        (what flow control holds of the call's answers is under the bound) and the
+        transport takes more."""
+        if self.sender.paused:
+            return False
+        pending = call.pending
+        return not pending or sum(len(data) for data, _ in pending) < STREAM_SEND_BUFFER
 
     def end_now(self, call: Call, code: grpc.StatusCode, message: str) -> None:
         """End ``call`` with a status at once: what flow control still holds of its

@@ -23,6 +23,7 @@ from google.protobuf.message import DecodeError
 from tritonclient.grpc import service_pb2
 
 from naiad.frontends.grpc.calls import CallContext, Metadata, run_call
+from naiad.frontends.grpc.loop_stream import LoopStreams
 from naiad.frontends.grpc.options import GRPCOptions
 from naiad.frontends.grpc.service import InferenceServicer, infer_failure
 from naiad.frontends.grpc.status import bounded_message
@@ -89,14 +90,18 @@ def loop_infer(servicer: InferenceServicer, options: GRPCOptions) -> LoopInfer:
 class BridgedInfer:
     """The engine's end of the ``ModelInfer`` calls frontend processes forward on their
     HTTP link (``naiad.frontends.bridge.frames.GRPC_INFER``): answered on the loop, or, when
-    :class:`LoopInfer` does not take them, in the method handler on a thread of ``pool``."""
+    :class:`LoopInfer` does not take them, in the method handler on a thread of ``pool``.
+    ``streams`` starts the ``ModelStreamInfer`` calls forwarded there (``GRPC_STREAM``,
+    ``naiad.frontends.bridge.stream_engine``)."""
 
     def __init__(self, infer: LoopInfer, handlers: dict[str, grpc.RpcMethodHandler],
-                 pool: ThreadPoolExecutor, loop: asyncio.AbstractEventLoop) -> None:
+                 pool: ThreadPoolExecutor, loop: asyncio.AbstractEventLoop,
+                 streams: LoopStreams | None = None) -> None:
         self.infer = infer
         self.handlers = handlers
         self.pool = pool
         self.loop = loop
+        self.streams = streams
 
     def start(self, message: bytes, metadata: Metadata, seconds_left: float | None,
               on_answer: OnAnswer) -> Callable[[], object] | None:

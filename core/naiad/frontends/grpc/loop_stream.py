@@ -17,22 +17,23 @@ holds the stream's encoded answers in flow control up to
 :data:`.sending.STREAM_SEND_BUFFER` bytes; responses after that wait unencoded and count
 against the budget, as they wait on the handler's queue when a thread runs the stream.
 
-:class:`LoopStreams` decides per call: a restricted ``ModelStreamInfer``
-(``--grpc-restricted-protocol``) runs in the handler, which checks the header.
+The engine runs the streams that naiad's gRPC server in a frontend process forwards with it
+too (``naiad.frontends.bridge.stream_engine``). :class:`LoopStreams` starts every stream:
+it checks the header of a restricted ``ModelStreamInfer`` (``--grpc-restricted-protocol``)
+and ``--grpc-max-streams`` first, in the handler's order and with its answers.
 """
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from collections import deque
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import grpc
 
-from naiad.frontends.grpc.call import Call
 from naiad.frontends.grpc.options import GRPCOptions
-from naiad.frontends.grpc.sending import STREAM_SEND_BUFFER
 from naiad.frontends.grpc.status import bounded_message
 from naiad.frontends.grpc.stream import (
     GRPC_ERROR_HEADER,
@@ -45,18 +46,39 @@ from naiad.frontends.restrictions import grpc_requirements
 from naiad.types import InferenceResponse
 
 if TYPE_CHECKING:
-    from naiad.frontends.grpc.connection import GRPCConnection
     from naiad.frontends.grpc.service import InferenceServicer
 
 _Item = tuple[_Entry, "InferenceResponse | None", bool]
 
 
+class StreamConnection(Protocol):
+    """What a :class:`LoopStream` answers through: naiad's gRPC connection
+    (:class:`~naiad.frontends.grpc.connection.GRPCConnection`), or in the engine a frontend
+    process's link (``naiad.frontends.bridge.stream_engine``). Called on ``loop``."""
+
+    loop: asyncio.AbstractEventLoop
+
+    def later(self, delay_s: float, callback: Callable[[], object]) -> None: ...
+
+    def may_send(self, call: Any) -> bool:
+        """Whether ``call``'s client takes more answers now (else: they wait, and
+        :meth:`LoopStream.resume` is called when it may)."""
+
+    def send_message(self, call: Any, message: bytes) -> None: ...
+
+    def finish(self, call: Any, code: grpc.StatusCode, message: str) -> None: ...
+
+    def end_now(self, call: Any, code: grpc.StatusCode, message: str) -> None: ...
+
+
 class LoopStream(Stream):
     """One ``ModelStreamInfer`` call of ``connection`` answered on its event loop. The
     connection calls :meth:`on_message`, :meth:`on_client_end`, :meth:`resume` and, once
-    the call is over whatever ended it, :meth:`call_over`."""
+    the call is over whatever ended it, :meth:`call_over`. ``call`` is the connection's
+    for the call: it has the call's ``metadata``, and it is what the connection's methods
+    take."""
 
-    def __init__(self, servicer: InferenceServicer, connection: GRPCConnection, call: Call,
+    def __init__(self, servicer: InferenceServicer, connection: StreamConnection, call: Any,
                  forwarded: dict[str, str] | None, parse: Callable[[bytes], Any]) -> None:
         super().__init__(servicer.server, servicer.encoder, forwarded,
                          idle_timeout_s=servicer.stream_settings.idle_timeout_s,
@@ -117,7 +139,7 @@ class LoopStream(Stream):
                  ) -> None:
         if self.closed:
             return
-        if self.waiting or not self._writable():
+        if self.waiting or not self.connection.may_send(self.call):
             self.waiting.append((entry, response, final))
             return
         self._send(entry, response, final)
@@ -130,14 +152,6 @@ class LoopStream(Stream):
         except _EndStream:  # triton_grpc_error: the call ends with the error's status
             self._end(*self.failure)  # type: ignore[misc]
 
-    def _writable(self) -> bool:
-        """Whether the client reads: what flow control holds of this call's answers is
-        under the bound, and the transport takes more."""
-        pending = self.call.pending
-        if self.connection.sender.paused:
-            return False
-        return not pending or sum(len(data) for data, _ in pending) < STREAM_SEND_BUFFER
-
     def resume(self) -> None:
         """The client read: the answers that waited go out (soon: not inside the sender)."""
         if self.waiting and not self._drain_scheduled and not self.closed:
@@ -147,7 +161,7 @@ class LoopStream(Stream):
     def _drain(self) -> None:
         self._drain_scheduled = False
         waiting = self.waiting
-        while waiting and not self.closed and self._writable():
+        while waiting and not self.closed and self.connection.may_send(self.call):
             self._send(*waiting.popleft())
         self._finish_if_over()
 
@@ -225,13 +239,15 @@ class LoopStreams:
         self.servicer = servicer
         # The handler's own parser: an undecodable request is refused in the stream alike.
         self.parse = handlers["ModelStreamInfer"].request_deserializer
-        self.restricted = "ModelStreamInfer" in grpc_requirements(options.restricted)
+        self.requirement = grpc_requirements(options.restricted).get("ModelStreamInfer")
 
-    def start(self, connection: GRPCConnection, call: Call) -> bool:
-        """Take ``call`` (True: started here, or refused for ``--grpc-max-streams``);
-        False: its handler must run it."""
-        if self.restricted:
-            return False
+    def start(self, connection: StreamConnection, call: Any) -> bool:
+        """Start ``call``, or refuse it as its handler would: without the header of a
+        restricted API, or beyond ``--grpc-max-streams``. Always True (it is taken)."""
+        requirement = self.requirement
+        if requirement is not None and not requirement.met_by(call.metadata):
+            connection.finish(call, grpc.StatusCode.UNAVAILABLE, requirement.refusal)
+            return True
         servicer = self.servicer
         if not servicer.open_streams.enter():
             connection.finish(call, grpc.StatusCode.RESOURCE_EXHAUSTED,
@@ -245,4 +261,4 @@ class LoopStreams:
         return True
 
 
-__all__ = ["LoopStream", "LoopStreams"]
+__all__ = ["LoopStream", "LoopStreams", "StreamConnection"]

@@ -8,18 +8,18 @@ from the frames to the model's scheduler and back on the loop, with no thread ha
 (figures in benchmarks/results and docs/design.md).
 
 ``ModelStreamInfer`` is answered on the loop too (:mod:`.loop_stream`: no thread per stream,
-none per request) unless it is a restricted API. Every other RPC, ``ModelInfer`` while the
-server traces or when inference is a restricted API, and a restricted stream run in the
-same method handlers grpc's server runs
+none per request). Every other RPC, and ``ModelInfer`` while the server traces or when
+inference is a restricted API, run in the same method handlers grpc's server runs
 (``listener.method_handlers``), on a thread of a pool as large as grpc's: the answers are
 the same whichever server runs them. The ``--grpc-*`` settings mean what they mean there:
 the message and metadata limits, TLS, compression of inference responses, keepalive pings
 and the ping policy, idle and aged connections, the handshake and message timeouts, open
 streams.
 
-Frontend processes (``--frontend-processes``) serve gRPC with it too: there every call,
-``ModelInfer`` included, runs in handlers that forward it to the engine
-(``naiad.frontends.bridge.grpc_forwarding``).
+Frontend processes (``--frontend-processes``) serve gRPC with it too: there ``ModelInfer``
+and ``ModelStreamInfer`` go to the engine's event loop on the frontend's HTTP link
+(``naiad.frontends.bridge.frontend``), and every other call runs in handlers that forward it
+to the engine (``naiad.frontends.bridge.grpc_forwarding``).
 """
 
 from __future__ import annotations
@@ -82,6 +82,14 @@ class UnaryInfer(Protocol):
               ) -> Callable[[], object] | None: ...
 
 
+class StreamStarter(Protocol):
+    """What runs ``ModelStreamInfer`` calls without a thread: the engine's
+    :class:`~naiad.frontends.grpc.loop_stream.LoopStreams`, or in a frontend process the
+    engine itself (``naiad.frontends.bridge.frontend.ForwardedStreams``)."""
+
+    def start(self, connection: GRPCConnection, call: Call) -> bool: ...
+
+
 class GRPCService:
     """What every connection of a server shares: the method handlers, the thread pool, the
     settings, the connections themselves. ``infer`` (when set) answers ``ModelInfer`` calls
@@ -89,7 +97,7 @@ class GRPCService:
 
     def __init__(self, options: GRPCOptions, loop: asyncio.AbstractEventLoop,
                  handlers: dict[str, grpc.RpcMethodHandler], max_message: int,
-                 infer: UnaryInfer | None = None, streams: LoopStreams | None = None
+                 infer: UnaryInfer | None = None, streams: StreamStarter | None = None
                  ) -> None:
         self.options = options
         self.loop = loop
@@ -282,4 +290,5 @@ async def start_naiad_grpc_server(server: InferenceServer, address: str, port: i
     return await serve_grpc(service, address, port)
 
 
-__all__ = ["GRPCService", "NaiadGRPCListener", "serve_grpc", "start_naiad_grpc_server"]
+__all__ = ["GRPCService", "NaiadGRPCListener", "StreamStarter", "serve_grpc",
+           "start_naiad_grpc_server"]

@@ -50,7 +50,8 @@ class GRPCOptions:
     # naiad only. A unary call's request message must have come in full this long after the
     # call started, else the call is cancelled (read_timeout.py); 0: no limit.
     message_timeout_ms: int = 60_000
-    # naiad only. ModelStreamInfer calls open at once (each holds a server thread); more are
+    # naiad only. ModelStreamInfer calls open at once (on --grpc-server=grpcio each holds a
+    # server thread); more are
     # refused with RESOURCE_EXHAUSTED. 0: no bound (streams then compete with every other
     # call for threads).
     max_streams: int = 1024
