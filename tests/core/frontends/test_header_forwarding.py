@@ -28,21 +28,27 @@ HEADERS = {"my_header_1": "v1", "MY_HEADER_2": "v2", "x-my_header_3": "v3",
 FORWARDED = {"my_header_1": "v1", "my_header_2": "v2", "x-my_header_3": "v3"}
 
 
-@pytest.fixture(scope="module")
-def http_forwards(tmp_path_factory):
+#: each server alone, and with a frontend process: the headers of a plain inference cross
+#: in its INFER frame, a gRPC call's metadata in its frame (a stream's in GRPC_STREAM)
+PROCESSES = pytest.fixture(scope="module", params=[(), ("--frontend-processes=1",)],
+                           ids=["one process", "frontend process"])
+
+
+@PROCESSES
+def http_forwards(tmp_path_factory, request):
     """Forwards over HTTP only."""
     repo = params_repository(tmp_path_factory.mktemp("forward-http"))
     with naiad_server("--model-repository", str(repo),
-                      f"--http-header-forward-pattern={PATTERN}") as server:
+                      f"--http-header-forward-pattern={PATTERN}", *request.param) as server:
         yield server
 
 
-@pytest.fixture(scope="module")
-def grpc_forwards(tmp_path_factory):
+@PROCESSES
+def grpc_forwards(tmp_path_factory, request):
     """Forwards over gRPC only."""
     repo = params_repository(tmp_path_factory.mktemp("forward-grpc"))
     with naiad_server("--model-repository", str(repo),
-                      f"--grpc-header-forward-pattern={PATTERN}") as server:
+                      f"--grpc-header-forward-pattern={PATTERN}", *request.param) as server:
         yield server
 
 

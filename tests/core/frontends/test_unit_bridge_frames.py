@@ -15,7 +15,7 @@ import pytest
 from naiad.frontends.bridge import frames
 from naiad.frontends.bridge.frontend import _answer_of
 from naiad.frontends.bridge.stream_engine import ForwardedStreamCall
-from naiad.frontends.http.infer import Answer
+from naiad.frontends.http.infer import Answer, infer_headers
 
 
 def body_of(data: bytes) -> memoryview:
@@ -23,12 +23,20 @@ def body_of(data: bytes) -> memoryview:
     return memoryview(data)[frames.HEAD_SIZE:]
 
 
-def test_an_infer_frame_carries_names_headers_and_body_as_they_came() -> None:
-    headers = [(b"host", b"x"), (b"inference-header-content-length", b"12"),
-               (b"x-caf\xe9", b"\xff latin-1 \x80")]
-    data = frames.infer_frame(7, "m\u00e9ta/名前", "3", headers, b"\x00body\xff")
+@pytest.mark.parametrize("headers", [
+    [(b"host", b"x"), (b"inference-header-content-length", b"12"),
+     (b"content-encoding", b"gzip"), (b"accept-encoding", b"deflate, gzip"),
+     (b"content-length", b"6"), (b"x-caf\xe9", b"\xff latin-1 \x80")],
+    [(b"inference-header-content-length", b"not a number")],  # the engine refuses it
+    [],
+])
+def test_an_infer_frame_carries_names_headers_and_body_as_they_came(headers) -> None:
+    heads = infer_headers(headers)
+    data = frames.infer_frame(7, "m\u00e9ta/名前", "3", heads, headers, b"\x00body\xff")
     assert data[4] == frames.INFER
-    assert frames.read_infer(body_of(data)) == ("m\u00e9ta/名前", "3", headers, b"\x00body\xff")
+    name, version, read_heads, read_headers, body = frames.read_infer(body_of(data))
+    assert (name, version, read_heads, body) == ("m\u00e9ta/名前", "3", heads, b"\x00body\xff")
+    assert list(read_headers) == headers and len(read_headers) == len(headers)
 
 
 @pytest.mark.parametrize("answer", [Answer(200, b'{"outputs":[]}'),

@@ -26,7 +26,7 @@ import orjson
 
 from naiad.frontends.bridge import frames
 from naiad.frontends.bridge.stream_engine import ForwardedStreamCall
-from naiad.frontends.http.infer import Answer, InferExchange, InferRoute, infer_headers
+from naiad.frontends.http.infer import Answer, Headers, InferExchange, InferHeaders, InferRoute
 
 # grpc.StatusCode.UNIMPLEMENTED's number, for the calls not served on this link.
 _UNIMPLEMENTED = 12
@@ -121,9 +121,9 @@ class _Direct(InferExchange):
 
     __slots__ = ()
 
-    def __init__(self, exchange: int, model_name: str, version: str,
-                 headers: list[tuple[bytes, bytes]]) -> None:
-        super().__init__(model_name, version, infer_headers(headers), headers)
+    def __init__(self, exchange: int, model_name: str, version: str, heads: InferHeaders,
+                 headers: Headers) -> None:
+        super().__init__(model_name, version, heads, headers)
         self.ticket = exchange
 
 
@@ -197,14 +197,14 @@ class _EngineConnection:
         task.add_done_callback(self.tasks.discard)
 
     def _infer(self, exchange_id: int, body: memoryview) -> None:
-        model_name, version, headers, data = frames.read_infer(body)
+        model_name, version, heads, headers, data = frames.read_infer(body)
         route = self.route
         if route is None or not route.takes_plain_requests():
-            self._run_in_app(_infer_scope(model_name, version, headers), exchange_id, data,
-                             False)
+            self._run_in_app(_infer_scope(model_name, version, list(headers)), exchange_id,
+                             data, False)
             return
         exchange = self.direct[exchange_id] = _Direct(exchange_id, model_name, version,
-                                                      headers)
+                                                      heads, headers)
         route.start(exchange, data, self.loop, self._answered)
 
     def _grpc_infer(self, exchange_id: int, body: memoryview) -> None:

@@ -25,8 +25,11 @@ Headers travel as latin-1 strings (HTTP header bytes map one to one).
 A plain inference (:mod:`naiad.frontends.http.protocol` takes it off the parser, no ASGI on
 either side) is an exchange of two frames:
 
-- frontend -> engine ``INFER``: ``<u32 size> <model name> <u32 size> <version>
-  <u32 size> <headers: JSON>`` and the whole body (``DISCONNECT`` when the client leaves);
+- frontend -> engine ``INFER``: the sizes of what follows and the Content-Length
+  (``_INFER_HEAD``), the model name, the version, the three headers the engine reads
+  (Inference-Header-Content-Length, Content-Encoding, Accept-Encoding: the frontend's
+  :class:`~naiad.frontends.http.infer.InferHeaders`), every header as JSON (read only
+  for header forwarding) and the whole body (``DISCONNECT`` when the client leaves);
 - engine -> frontend ``ANSWER``: ``<u16 status> <i64 JSON part's size, -1: JSON body>
   <u8 size> <Content-Encoding>`` and the body: an
   :class:`~naiad.frontends.http.infer.Answer`, which the frontend writes as the engine
@@ -65,10 +68,12 @@ import base64
 import socket
 import struct
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import orjson
+
+from naiad.frontends.http.infer import InferHeaders
 
 REQUEST, BODY, DISCONNECT, RESPONSE, ABORT = 1, 2, 3, 4, 5
 CALL, MESSAGE, HALF_CLOSE, STATUS = 6, 7, 8, 9
@@ -132,26 +137,79 @@ def read_sent(body: memoryview) -> int:
 _ANSWER_HEAD = struct.Struct("<HqB")
 
 
-def infer_frame(exchange: int, model_name: str, version: str,
+# An INFER frame's fixed part: the sizes of the model name, the version,
+# Inference-Header-Content-Length (-1: absent), Content-Encoding, Accept-Encoding and the
+# headers' JSON, then Content-Length (-1: absent).
+_INFER_HEAD = struct.Struct("<IIiHHIq")
+
+
+def infer_frame(exchange: int, model_name: str, version: str, heads: InferHeaders,
                 headers: Sequence[tuple[bytes, bytes]], body: bytes) -> bytes:
+    """A plain inference: what the engine reads of its headers (``heads``) as fields, and
+    every header as JSON, which only header forwarding reads (:class:`ForwardedHeaders`)."""
     name, number = model_name.encode("utf-8"), version.encode("utf-8")
+    length = heads.header_length
+    encoding, accept = heads.encoding.encode("latin-1"), heads.accept.encode("latin-1")
     head = orjson.dumps([[key.decode("latin-1"), value.decode("latin-1")]
                          for key, value in headers])
-    return frame(INFER, exchange, _SIZE.pack(len(name)), name, _SIZE.pack(len(number)), number,
-                 _SIZE.pack(len(head)), head, body)
+    content_length = heads.content_length
+    return frame(INFER, exchange, _INFER_HEAD.pack(
+        len(name), len(number), -1 if length is None else len(length), len(encoding),
+        len(accept), len(head), -1 if content_length is None else content_length),
+        name, number, length or b"", encoding, accept, head, body)
 
 
-def read_infer(body: memoryview) -> tuple[str, str, list[tuple[bytes, bytes]], bytes]:
-    """(model name, version, headers, request body) of an INFER frame."""
-    position, texts = 0, []
-    for _ in range(2):
-        (size,) = _SIZE.unpack_from(body, position)
-        texts.append(bytes(body[position + 4:position + 4 + size]).decode("utf-8"))
-        position += 4 + size
-    (size,) = _SIZE.unpack_from(body, position)
-    headers = [(key.encode("latin-1"), value.encode("latin-1"))
-               for key, value in orjson.loads(body[position + 4:position + 4 + size])]
-    return texts[0], texts[1], headers, bytes(body[position + 4 + size:])
+def read_infer(body: memoryview) -> tuple[str, str, InferHeaders, ForwardedHeaders, bytes]:
+    """(model name, version, the headers the engine reads, every header, request body) of
+    an INFER frame."""
+    (name_size, number_size, length_size, encoding_size, accept_size, head_size,
+     content_length) = _INFER_HEAD.unpack_from(body, 0)
+    start = _INFER_HEAD.size
+    end = start + name_size
+    model_name = str(body[start:end], "utf-8")
+    start, end = end, end + number_size
+    version = str(body[start:end], "utf-8")
+    length = None
+    if length_size >= 0:
+        start, end = end, end + length_size
+        length = bytes(body[start:end])
+    start, end = end, end + encoding_size
+    encoding = str(body[start:end], "latin-1")
+    start, end = end, end + accept_size
+    accept = str(body[start:end], "latin-1")
+    start, end = end, end + head_size
+    headers = ForwardedHeaders(bytes(body[start:end]))
+    heads = InferHeaders(None if content_length < 0 else content_length, length, encoding,
+                         accept)
+    return model_name, version, heads, headers, bytes(body[end:])
+
+
+class ForwardedHeaders(Sequence[tuple[bytes, bytes]]):
+    """An INFER frame's request headers, decoded from their JSON when first looked at: only
+    header forwarding (``--http-header-forward-pattern``) and the application's path (while
+    the engine traces) read them all."""
+
+    __slots__ = ("_data", "_headers")
+
+    def __init__(self, data: bytes) -> None:
+        self._data = data
+        self._headers: list[tuple[bytes, bytes]] | None = None
+
+    def _decoded(self) -> list[tuple[bytes, bytes]]:
+        headers = self._headers
+        if headers is None:
+            headers = self._headers = [(key.encode("latin-1"), value.encode("latin-1"))
+                                       for key, value in orjson.loads(self._data)]
+        return headers
+
+    def __getitem__(self, index: Any) -> Any:
+        return self._decoded()[index]
+
+    def __len__(self) -> int:
+        return len(self._decoded())
+
+    def __iter__(self) -> Iterator[tuple[bytes, bytes]]:
+        return iter(self._decoded())
 
 
 def answer_frame(exchange: int, status: int, body: bytes, json_length: int | None,

@@ -175,7 +175,7 @@ class ForwardedInfer:
         link = self.link
         ticket = exchange.ticket = link.open_plain(exchange, on_answer)
         link.protocol.write(frames.infer_frame(ticket, exchange.model_name, exchange.version,
-                                               exchange.headers, body))
+                                               exchange.heads, exchange.headers, body))
 
     def withdraw(self, exchange: InferExchange) -> None:
         exchange.disconnected = True
