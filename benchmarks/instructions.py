@@ -11,12 +11,13 @@ the request path's code makes it cheaper, and process_cpu.py for what that is wo
 
 How: each target serves ``payloads.py``'s ``identity`` model (the Triton Python model,
 FP32 [1, 16]) with its default settings: the model runs in its worker process, counted too
-(``--no-workers``: the worker runs natively and only the engine is counted). Once the server
-is ready and warmed up, counting is switched on (``callgrind_control``), the processes are
-counted idle for ``--idle`` seconds (timers and housekeeping, subtracted pro rata), then
-h2load sends ``--requests`` requests one at a time per protocol (concurrency 1: every
-request is its own message to the worker, so the count does not depend on timing), and the
-counts are read from callgrind's dumps, per process.
+(``--no-workers``: the worker runs natively and only the engine is counted), and so are
+frontend processes (``--naiad-arg=--frontend-processes=N``), together, as ``frontends``.
+Once the server is ready and warmed up, counting is switched on (``callgrind_control``),
+the processes are counted idle for ``--idle`` seconds (timers and housekeeping, subtracted
+pro rata), then h2load sends ``--requests`` requests one at a time per protocol
+(concurrency 1: every request is its own message to the worker, so the count does not
+depend on timing), and the counts are read from callgrind's dumps, per process.
 
     .venv/bin/python benchmarks/instructions.py --protocols http,grpc --requests 300
     .venv/bin/python benchmarks/instructions.py --before before=/tmp/before
@@ -48,6 +49,9 @@ READY_TIMEOUT_S = 600.0
 # one h2load run, counted requests at about 20 ms each under callgrind
 H2LOAD_TIMEOUT_S = 3600.0
 WARMUP_REQUESTS = 40
+# What a frontend process runs (``--frontend-processes``): counted as "frontends", not as a
+# worker.
+FRONTEND_PROGRAM = "naiad.frontends.bridge.frontend_main"
 # The idle window is normally 0-3 % of a process's count over the requests: far more means
 # something ran in it once (a collection, a late start-up step) and the pro-rata
 # subtraction is wrong, so the figure is flagged for a rerun.
@@ -136,6 +140,13 @@ def dumped_totals(out_base: Path, pids: list[int], seen: set[Path]) -> dict[int,
     return totals
 
 
+def command_line(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        return ""
+
+
 def children(pid: int) -> list[int]:
     """The processes ``pid`` started (its Python workers)."""
     found = []
@@ -169,17 +180,22 @@ def measure(target: Target, args: argparse.Namespace, work: Path, repo: Path,
                 raise RuntimeError(f"{target.name} did not get ready; its log: "
                                    f"{work / (target.name + '.log')}")
             time.sleep(1.0)
-        workers = children(proc.pid)
+        started_here = children(proc.pid)
+        frontends = [pid for pid in started_here if FRONTEND_PROGRAM in command_line(pid)]
+        workers = [pid for pid in started_here if pid not in frontends]
         before = {pid: cpu_ticks(pid) for pid in workers}
         for protocol in args.protocols:
             load(target, protocol, WARMUP_REQUESTS, payload_dir)
-        # the engine, and the worker that serves identity (the one the warm-up kept busy)
-        pids = [proc.pid]
+        # the engine, the worker that serves identity (the one the warm-up kept busy), and
+        # the frontend processes (--frontend-processes), counted together
+        pids, roles = [proc.pid], ["engine"]
         if args.workers:
             if not workers:
                 raise RuntimeError(f"{target.name} has no worker process to count")
             pids.append(max(workers, key=lambda pid: cpu_ticks(pid) - before[pid]))
-        roles = ["engine", "worker"][:len(pids)]
+            roles.append("worker")
+            pids += frontends
+            roles += ["frontends"] * len(frontends)
         seen: set[Path] = set()
 
         def control(*options: str) -> None:
@@ -202,12 +218,14 @@ def measure(target: Target, args: argparse.Namespace, work: Path, repo: Path,
             totals = dumped_totals(out_base, pids, seen)
             elapsed = time.monotonic() - started
             cells = []
-            for pid, role in zip(pids, roles, strict=True):
-                idle = idle_per_s[pid] * elapsed
-                result[f"{protocol} {role}"] = (totals[pid] - idle) / done
-                suspect = not 0 <= idle <= IDLE_SHARE_SUSPECT * totals[pid]
+            for role in dict.fromkeys(roles):  # each role once, in order
+                mine = [pid for pid, its in zip(pids, roles, strict=True) if its == role]
+                idle = sum(idle_per_s[pid] for pid in mine) * elapsed
+                total = sum(totals[pid] for pid in mine)
+                result[f"{protocol} {role}"] = (total - idle) / done
+                suspect = not 0 <= idle <= IDLE_SHARE_SUSPECT * total
                 cells.append(f"{role} {result[f'{protocol} {role}']:,.0f} (idle "
-                             f"{idle / totals[pid]:.1%} of its count"
+                             f"{idle / total:.1%} of its count"
                              f"{'; DISTURBED, RERUN' if suspect else ''})")
                 if suspect:
                     disturbed.add((target.name, f"{protocol} {role}"))
