@@ -165,3 +165,32 @@ def test_a_forwarded_stream_the_client_left_is_cancelled_and_over(
     assert streams == {} and written == []
     call.finish(call, grpc.StatusCode.CANCELLED, "")
     assert written == []  # the frontend ended the call: the engine writes nothing more
+
+
+@pytest.mark.parametrize("reads", [
+    "whole frames, one per read",
+    "several frames in one read",
+    "frames split across reads",
+    "a frame and the start of the next",
+])
+def test_frames_arrive_whole_however_the_reads_cut_them(reads: str) -> None:
+    sent = [frames.frame(frames.BODY, number, bytes([number]) * number * 7)
+            for number in range(1, 6)]
+    stream = b"".join(sent)
+    if reads == "whole frames, one per read":
+        chunks = sent
+    elif reads == "several frames in one read":
+        chunks = [stream[:len(sent[0]) + len(sent[1])], stream[len(sent[0]) + len(sent[1]):]]
+    elif reads == "frames split across reads":
+        chunks = [stream[i:i + 3] for i in range(0, len(stream), 3)]
+    else:
+        cut = len(sent[0]) + 4
+        chunks = [stream[:cut], stream[cut:]]
+    got: list[tuple[int, int, bytes]] = []
+    protocol = frames.FrameProtocol(
+        lambda kind, exchange, body: got.append((kind, exchange, bytes(body))), lambda: None)
+    for chunk in chunks:
+        protocol.data_received(chunk)
+    assert got == [(frames.BODY, number, bytes([number]) * number * 7)
+                   for number in range(1, 6)]
+    assert not protocol._received  # nothing left over

@@ -244,6 +244,13 @@ class FrameProtocol(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         received = self._received
+        if not received and len(data) >= HEAD_SIZE:
+            # The usual read: exactly one whole frame, handed on from ``data`` itself (no
+            # copy into the buffer; ``data`` does not change, so the view needs no release).
+            size, kind, exchange = _HEAD.unpack_from(data, 0)
+            if len(data) == size + 4 and 5 <= size <= MAX_FRAME_BYTES:
+                self.on_frame(kind, exchange, memoryview(data)[HEAD_SIZE:])
+                return
         received += data
         position, available = 0, len(received)
         view = memoryview(received)
