@@ -28,6 +28,7 @@ def body_of(data: bytes) -> memoryview:
      (b"content-encoding", b"gzip"), (b"accept-encoding", b"deflate, gzip"),
      (b"content-length", b"6"), (b"x-caf\xe9", b"\xff latin-1 \x80")],
     [(b"inference-header-content-length", b"not a number")],  # the engine refuses it
+    [(b"accept-encoding", b"gzip, " * 12_000)],  # past 64 KiB (--http-max-header-size)
     [],
 ])
 def test_an_infer_frame_carries_names_headers_and_body_as_they_came(headers) -> None:

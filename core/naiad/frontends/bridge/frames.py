@@ -140,7 +140,7 @@ _ANSWER_HEAD = struct.Struct("<HqB")
 # An INFER frame's fixed part: the sizes of the model name, the version,
 # Inference-Header-Content-Length (-1: absent), Content-Encoding, Accept-Encoding and the
 # headers' JSON, then Content-Length (-1: absent).
-_INFER_HEAD = struct.Struct("<IIiHHIq")
+_INFER_HEAD = struct.Struct("<IIiIIIq")
 
 
 def infer_frame(exchange: int, model_name: str, version: str, heads: InferHeaders,

@@ -248,10 +248,12 @@ class ForwardedStream:
     # --- the client's side (the connection calls these) ----------------------------------
 
     def on_message(self, message: bytes) -> None:
-        self.link.protocol.write(frames.message_frame(self.exchange, message))
+        if self.exchange in self.link.streams:  # else the engine ended the stream already
+            self.link.protocol.write(frames.message_frame(self.exchange, message))
 
     def on_client_end(self) -> None:
-        self.link.protocol.write(frames.frame(frames.HALF_CLOSE, self.exchange))
+        if self.exchange in self.link.streams:
+            self.link.protocol.write(frames.frame(frames.HALF_CLOSE, self.exchange))
 
     def resume(self) -> None:
         """The client read: report what its connection took, once it took all it was given
