@@ -44,7 +44,8 @@ class ForwardedStreamCall:
         self.on_cancel: Callable[[], object] | None = None  # set by LoopStreams.start
         self.in_flight = 0  # response bytes written, not yet SENT back by the frontend
         self.ended = False
-        self._timers: list[asyncio.TimerHandle] = []
+        # The stream's idle check (the only timer a LoopStream arms, one at a time).
+        self._timer: asyncio.TimerHandle | None = None
         streams[exchange] = self
 
     # --- the frontend's frames ----------------------------------------------------------
@@ -73,11 +74,7 @@ class ForwardedStreamCall:
     # --- what the stream calls (LoopStream's connection) ----------------------------------
 
     def later(self, delay_s: float, callback: Callable[[], object]) -> None:
-        timers = self._timers
-        if len(timers) > 16:  # a long-lived stream re-arms its idle check
-            timers[:] = [timer for timer in timers if not timer.cancelled()
-                         and timer.when() > self.loop.time()]
-        timers.append(self.loop.call_later(delay_s, callback))
+        self._timer = self.loop.call_later(delay_s, callback)
 
     def may_send(self, call: ForwardedStreamCall) -> bool:
         return self.in_flight < frames.ANSWER_WINDOW_BYTES
@@ -105,8 +102,8 @@ class ForwardedStreamCall:
     def _over(self) -> None:
         if self._streams.pop(self.exchange, None) is None:
             return
-        for timer in self._timers:
-            timer.cancel()
+        if self._timer is not None:
+            self._timer.cancel()
         if self.stream is not None:
             self.stream.call_over()
 
