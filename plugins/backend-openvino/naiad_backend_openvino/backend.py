@@ -5,7 +5,8 @@ is ``model.xml`` (with ``model.bin`` beside it) unless ``default_model_filename`
 another file OpenVINO reads (``model.onnx``, ...). A model version is read, fitted to its
 config and compiled once; each instance gets its own infer request on it, so N instances
 run N inferences at once (Triton's openvino backend works the same way), each with the
-``INFERENCE_NUM_THREADS`` / ``NUM_STREAMS`` / ``PERFORMANCE_HINT`` the config asks for.
+``INFERENCE_NUM_THREADS`` / ``NUM_STREAMS`` / ``PERFORMANCE_HINT`` the config asks for, and
+in f32 unless the config asks for bf16 or f16 (:mod:`naiad_backend_openvino.parameters`).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from naiad_backend_openvino.model import (
     CompiledModels,
     compile_model,
     configure,
+    precision_of,
     read,
 )
 from naiad_backend_openvino.parameters import parse
@@ -98,10 +100,10 @@ class OpenVinoBackend(Backend):
         except BaseException:
             release()
             raise
-        log.info("model '%s' instance '%s': OpenVINO model '%s' on %s (%s); batch %s",
-                 name, instance.name, path, DEVICE,
-                 ", ".join(f"{k}={v}" for k, v in parameters.properties.items())
-                 or "OpenVINO's defaults",
+        log.info("model '%s' instance '%s': OpenVINO model '%s' on %s (%s), computing in %s; "
+                 "batch %s", name, instance.name, path, DEVICE,
+                 ", ".join(f"{k}={v}" for k, v in parameters.properties.items()),
+                 precision_of(compiled),
                  "none" if config.max_batch_size == 0 else
                  f"fixed at {config.max_batch_size}" if parameters.skip_dynamic_batch else
                  f"dynamic up to {config.max_batch_size}")

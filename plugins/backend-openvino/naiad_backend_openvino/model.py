@@ -128,6 +128,16 @@ def compile_model(core: ov.Core, model: ov.Model, parameters: OpenVinoParameters
                           f"{DEVICE}: {_reason(exc)}") from None
 
 
+def precision_of(compiled: ov.CompiledModel) -> str:
+    """The precision ``compiled`` computes its floating-point layers in (``f32``, ``bf16``,
+    ``f16``): the one asked for, or OpenVINO's default on a CPU that lacks it."""
+    try:
+        value = compiled.get_property("INFERENCE_PRECISION_HINT")
+    except RuntimeError:
+        return "unknown"
+    return value.get_type_name() if isinstance(value, ov.Type) else str(value)
+
+
 def _port(ports: dict[str, ov.Output], name: str, kind: str, model_name: str) -> ov.Output:
     if name not in ports:
         raise invalid_arg(f"model '{model_name}': configured {kind} '{name}' is not an {kind} "

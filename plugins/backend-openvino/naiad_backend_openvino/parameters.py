@@ -8,6 +8,12 @@ properties; ``SKIP_OV_DYNAMIC_BATCHSIZE``, ``ENABLE_BATCH_PADDING`` and
 ``RESHAPE_IO_LAYERS`` (YES to enable, any other value leaves them off, as in Triton) steer
 how batches and shapes are handled. Values are case-insensitive, as in Triton. A bad value
 fails the load naming the model, the parameter and what was expected.
+
+Precision differs on purpose. Triton passes no inference precision unless ``HINT_BF16: YES``,
+so OpenVINO's CPU plugin picks its own: bf16 on CPUs with avx512_bf16 or AMX (f16 on ARM), so
+an FP32 model answers with bf16 accuracy (about 1 % off) on some machines and not on others.
+naiad compiles with ``INFERENCE_PRECISION_HINT: f32`` unless the config asks for less:
+``HINT_BF16: YES`` (Triton's) or naiad's ``INFERENCE_PRECISION_HINT`` (F32, BF16, F16).
 """
 
 from __future__ import annotations
@@ -24,9 +30,14 @@ if TYPE_CHECKING:
 log = logging.getLogger("naiad.backend.openvino")
 
 PROPERTY_KEYS = ("PERFORMANCE_HINT", "INFERENCE_NUM_THREADS", "COMPILATION_NUM_THREADS",
-                 "HINT_BF16", "NUM_STREAMS")
+                 "HINT_BF16", "NUM_STREAMS", "INFERENCE_PRECISION_HINT")
 FLAG_KEYS = ("SKIP_OV_DYNAMIC_BATCHSIZE", "ENABLE_BATCH_PADDING", "RESHAPE_IO_LAYERS")
 PERFORMANCE_HINTS = ("LATENCY", "THROUGHPUT", "CUMULATIVE_THROUGHPUT")
+# INFERENCE_PRECISION_HINT's values -> OpenVINO's names (which are lower case).
+PRECISIONS = {"F32": "f32", "BF16": "bf16", "F16": "f16"}
+#: What a model computes in when its config asks for no precision: FP32 accuracy everywhere,
+#: not OpenVINO's per-CPU default (bf16 on avx512_bf16 / AMX CPUs, f16 on ARM).
+DEFAULT_PRECISION = "f32"
 
 
 @dataclass(frozen=True)
@@ -69,7 +80,12 @@ def parse(config: ModelConfig, model_name: str) -> OpenVinoParameters:
         elif key == "HINT_BF16":
             if upper != "YES":
                 raise invalid_arg(f"{what(key)} must be YES, got '{value}'")
-            properties["INFERENCE_PRECISION_HINT"] = "bf16"
+            properties[key] = "bf16"
+        elif key == "INFERENCE_PRECISION_HINT":
+            if upper not in PRECISIONS:
+                raise invalid_arg(f"{what(key)} must be one of {', '.join(PRECISIONS)}, "
+                                  f"got '{value}'")
+            properties[key] = PRECISIONS[upper]
         elif key == "NUM_STREAMS":
             if upper not in ("AUTO", "NUMA") and not upper.isdigit():
                 raise invalid_arg(f"{what(key)} must be AUTO, NUMA or a number, got '{value}'")
@@ -82,6 +98,12 @@ def parse(config: ModelConfig, model_name: str) -> OpenVinoParameters:
                 raise invalid_arg(f"{what(key)} must be one of {', '.join(PERFORMANCE_HINTS)}, "
                                   f"got '{value}'")
             properties[key] = upper
+    bf16 = properties.pop("HINT_BF16", None)
+    precision = properties.get("INFERENCE_PRECISION_HINT")
+    if bf16 is not None and precision not in (None, bf16):
+        raise invalid_arg(f"model '{model_name}': parameters 'HINT_BF16' (YES: bf16) and "
+                          f"'INFERENCE_PRECISION_HINT' ({precision.upper()}) disagree; set one")
+    properties["INFERENCE_PRECISION_HINT"] = precision or bf16 or DEFAULT_PRECISION
     if parameter(config, "CPU_EXTENSION_PATH"):
         raise unsupported(f"{what('CPU_EXTENSION_PATH')}: custom CPU layer libraries are not "
                           f"supported by naiad's openvino backend")
