@@ -96,6 +96,28 @@ def sample(root: int) -> dict[int, tuple[str, float]]:
             for pid, cmd in process_tree(root).items()}
 
 
+def interpreters(root: int) -> dict[str, list[str]]:
+    """The Python each role's processes run, per role: the ``libpython`` they map, else
+    their executable when it is a Python. Triton's stubs load the system's shared
+    ``libpython3.X`` (Debian's is built with PGO and LTO), while naiad runs on whatever
+    interpreter its environment has: a pyenv build without ``--enable-optimizations`` runs
+    Python code about a third slower, which every figure here carries."""
+    found: dict[str, set[str]] = {}
+    for pid, cmdline in process_tree(root).items():
+        try:
+            maps = Path(f"/proc/{pid}/maps").read_text()
+            exe = os.path.realpath(f"/proc/{pid}/exe")
+        except OSError:
+            continue
+        libraries = {line.split()[-1] for line in maps.splitlines()
+                     if "/libpython" in line}
+        if not libraries and Path(exe).name.startswith("python"):
+            libraries = {exe}
+        if libraries:
+            found.setdefault(role(pid, root, cmdline), set()).update(libraries)
+    return {name: sorted(paths) for name, paths in sorted(found.items())}
+
+
 def per_role(before: dict[int, tuple[str, float]], after: dict[int, tuple[str, float]]
              ) -> dict[str, float]:
     spent: dict[str, float] = {}
@@ -281,6 +303,7 @@ def main(argv: list[str] | None = None) -> int:
     reply_frame = len(payloads.grpc_frame(payloads.grpc_response("identity")
                                           .SerializeToString()))
     rows: list[dict[str, Any]] = []
+    pythons: dict[str, dict[str, list[str]]] = {}
     chosen = targets(args, repos[False])
     for rnd in range(args.rounds):
         order = chosen if rnd % 2 == 0 else list(reversed(chosen))
@@ -292,6 +315,9 @@ def main(argv: list[str] | None = None) -> int:
                 if failure:
                     print(f"{target.name}: {failure}", file=sys.stderr)
                     continue
+                assert target.process is not None
+                if rnd == 0:
+                    pythons[target.name] = interpreters(target.process.pid)
                 for protocol in args.protocols:
                     for conc in args.concurrency:
                         row = measure(target, protocol, conc, args, payload_dir, work,
@@ -302,8 +328,13 @@ def main(argv: list[str] | None = None) -> int:
             finally:
                 target.stop()
     if args.json_out:
-        Path(args.json_out).write_text(json.dumps(rows, indent=1))
+        Path(args.json_out).write_text(json.dumps({"rows": rows, "interpreters": pythons},
+                                                  indent=1))
     print(table(rows))
+    print("\nThe Python each target's processes run (libpython, or the executable):")
+    for name, found in pythons.items():
+        print(f"- {name}: " + "; ".join(f"{who} {', '.join(paths)}"
+                                         for who, paths in found.items()))
     return 0
 
 
