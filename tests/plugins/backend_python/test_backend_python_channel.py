@@ -117,6 +117,61 @@ def test_a_stray_or_broken_answer_is_logged_and_the_channel_keeps_reading(caplog
         channel.close()
 
 
+def test_plain_results_read_on_the_event_loop_answer_as_the_general_way(caplog, loop):
+    """On the event loop a plain result (the binary layout: outputs, no parameters, error or
+    failure) is read without its dict (``WorkerChannel._plain_result``); on the reader
+    thread it takes the dict. Either way: a stray one is logged and ignored, an unreadable
+    one fails its batch, a good one answers with its outputs, and the channel keeps
+    reading."""
+    from naiad.errors import InferenceServerError
+    from naiad_backend_python.isolated.channel import WorkerChannel
+    from naiad_backend_python.isolated.regions import RegionPolicy
+    from naiad_backend_python.stub import naiad_stub_wire as wire
+
+    def plain(batch: int, *outputs: list) -> dict:
+        header = {"op": "result", "id": batch, "responses": [
+            {"outputs": list(tensors), "parameters": None, "error": None}
+            for tensors in outputs]}
+        assert wire.is_plain_result(wire.encode_header(header))  # it travels binary
+        return header
+
+    server_end, worker_end = socket.socketpair()
+    channel = WorkerChannel(wire.Connection(server_end), "m", "m_0",
+                            RegionPolicy("/nonexistent", 0, 1, 0, 1 << 20))
+    worker = wire.Connection(worker_end)
+    channel.start_reading(loop)
+    results: list[object] = []
+    try:
+        channel.submit([request("m", {"INPUT0": np.ones(2, np.float32)})], results.append)
+        header, _, _ = worker.receive()
+        worker.send(plain(12345))  # no such batch
+        worker.send(plain(header["id"], [["OUT", "FP32", [2], "p", 0, 8]]))  # no payload
+        channel.submit([request("m", {"INPUT0": np.ones(2, np.float32)})], results.append)
+        header, _, _ = worker.receive()
+        out = np.arange(4, dtype=np.float32)
+        worker.send(plain(header["id"], [["OUT", "FP32", [2], "p", 0, 8],
+                                         ["EMPTY", "FP32", [0], "p", 8, 0]],
+                          [["OUT", "FP32", [1, 2], "p", 8, 8]]),
+                    [memoryview(out.view(np.uint8))])
+        deadline = time.monotonic() + 10
+        while len(results) < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        broken, good = results
+        assert isinstance(broken, InferenceServerError) and "unreadable answer" in broken.message
+        assert "outside the message payload" in broken.message
+        first, second = good
+        assert [t.name for t in first.outputs] == ["OUT", "EMPTY"]
+        np.testing.assert_array_equal(first.outputs[0].data, out[:2])
+        assert first.outputs[1].data.shape == (0,) and first.parameters == {}
+        np.testing.assert_array_equal(second.outputs[0].data, out[2:].reshape(1, 2))
+        assert first.error is None and second.error is None
+        assert "batch 12345, which is not in flight" in caplog.text
+        assert channel.in_flight == 0
+    finally:
+        worker.close()
+        channel.close()
+
+
 def _sent_frame(sock: socket.socket) -> bytes:
     """The bytes of the one frame waiting on ``sock`` (the worker's end)."""
     from naiad_backend_python.stub import naiad_stub_wire as wire

@@ -265,6 +265,22 @@ def test_a_broken_binary_header_is_a_value_error():
         wire.decode_header(data[:-3])
 
 
+def test_read_result_is_the_plain_result_without_the_dict():
+    """What the server reads a plain result with (``read_result``, no dict) holds what
+    decode_header's dict does; every other header is not a plain result."""
+    data = bytearray(wire.encode_header(PLAIN_RESULT))
+    assert wire.is_plain_result(data)
+    batch, outputs = wire.read_result(data)
+    assert batch == PLAIN_RESULT["id"]
+    assert outputs == [r["outputs"] for r in PLAIN_RESULT["responses"]]
+    for other in (PLAIN_EXECUTE, {"op": "result", "id": 1, "failure": ["INTERNAL", "x"]},
+                  {"op": "log", "level": 20, "message": "hello"}):
+        assert not wire.is_plain_result(wire.encode_header(other))
+    assert not wire.is_plain_result(b"")
+    with pytest.raises(ValueError, match="broken message header"):
+        wire.read_result(data[:-3])
+
+
 def test_a_binary_header_crosses_the_socket_with_its_payload(pair):
     left, right = pair
     payload = np.arange(16, dtype=np.float32)

@@ -37,19 +37,25 @@ CLOSE_WAIT_S = 5.0
 HELD_PARTS_MAX = 512
 
 OnFrame = Callable[[dict, memoryview, list[int]], object]
+# (batch id, per response its outputs' descriptors, payload): a plain result, undecoded
+OnResult = Callable[[int, list[list[Any]], memoryview], object]
 
 
 class LoopTransport:
     """Frames in and out of ``sock`` on ``loop``. ``on_frame(header, payload, fds)`` and
-    ``on_end()`` are called on the loop; ``on_end`` once, when the stream ends. Bytes that
+    ``on_end()`` are called on the loop; ``on_end`` once, when the stream ends. With
+    ``on_result``, a plain result (``naiad_stub_headers.read_result``, the one message every
+    batch answers with) goes to it without being made a dict first. Bytes that
     are not a frame (:class:`naiad_stub_wire.ProtocolError`) end the stream after
     ``on_fault(reason)``: nothing after them can be read."""
 
     def __init__(self, sock: socket.socket, loop: asyncio.AbstractEventLoop,
                  on_frame: OnFrame, on_end: Callable[[], object],
                  buffered: bytes = b"", fds: Sequence[int] = (),
-                 on_fault: Callable[[str], object] | None = None) -> None:
+                 on_fault: Callable[[str], object] | None = None,
+                 on_result: OnResult | None = None) -> None:
         self.sock = sock
+        self.on_result = on_result
         self.loop = loop
         self.on_frame = on_frame
         self.on_end = on_end
@@ -183,15 +189,21 @@ class LoopTransport:
         data = self._received
         position = 0
         prefix = wire.PREFIX_SIZE
+        on_result = self.on_result
         while len(data) - position >= prefix:
             try:
                 head_size, payload_size = wire.unpack_prefix(data, position)
                 end = position + prefix + head_size + payload_size
                 if len(data) < end:
                     break
-                header = wire.decode_header(
-                    data[position + prefix:position + prefix + head_size])
-                count = wire.check_header(header, len(self._fds))
+                head = data[position + prefix:position + prefix + head_size]
+                if on_result is not None and wire.is_plain_result(head):
+                    header = None
+                    batch, outputs = wire.read_result(head)
+                    count = 0  # a result brings no descriptors
+                else:
+                    header = wire.decode_header(head)
+                    count = wire.check_header(header, len(self._fds))
             except ValueError as exc:  # not a frame: nothing after it can be read
                 self._fault(str(exc))
                 return
@@ -202,7 +214,10 @@ class LoopTransport:
             else:  # most frames: none
                 fds = []
             try:
-                self.on_frame(header, memoryview(payload), fds)
+                if header is None:
+                    on_result(batch, outputs, memoryview(payload))  # type: ignore[misc]
+                else:
+                    self.on_frame(header, memoryview(payload), fds)
             except Exception:  # the frame is consumed whatever its handler did
                 log.exception("handling a message from a worker process failed")
         if position:

@@ -135,6 +135,33 @@ def _read_text(data: Any, position: int) -> Tuple[str, int]:
     return bytes(data[position:position + size]).decode("utf-8"), position + size
 
 
+def is_plain_result(data: Any) -> bool:
+    """Whether a frame's header is a plain ``result`` in the binary layout (its first
+    byte): :func:`read_result` reads it without a dict."""
+    return len(data) > 0 and data[0] == _RESULT
+
+
+def read_result(data: Any) -> Tuple[int, List[List[Descriptor]]]:
+    """The batch id of a plain ``result`` header and, per response, its outputs'
+    descriptors: what :func:`decode_header` makes its dict of. Raises ValueError (a broken
+    peer) when it cannot."""
+    try:
+        _op, batch, count = _RESULT_HEAD.unpack_from(data, 0)
+        position = _RESULT_HEAD.size
+        responses = []
+        for _ in range(count):
+            (output_count,) = _COUNT.unpack_from(data, position)
+            position += _COUNT.size
+            outputs = []
+            for _ in range(output_count):
+                descriptor, position = _read_tensor(data, position)
+                outputs.append(descriptor)
+            responses.append(outputs)
+    except (struct.error, IndexError, UnicodeDecodeError) as exc:
+        raise ValueError(f"a broken message header: {exc}") from None
+    return batch, responses
+
+
 def decode_header(data: Any) -> Any:
     """The header :func:`encode_header` made, as a dict (JSON: whatever the JSON holds).
     Raises ValueError (``struct.error``, ``IndexError``: a broken peer) when it cannot."""
@@ -163,19 +190,11 @@ def decode_header(data: Any) -> Any:
                                  "inputs": inputs})
             return {"op": "execute", "id": batch, "requests": requests,
                     "out": None if out < 0 else out}
-        if first == _RESULT:
-            _op, batch, count = _RESULT_HEAD.unpack_from(data, 0)
-            position = _RESULT_HEAD.size
-            responses = []
-            for _ in range(count):
-                (output_count,) = _COUNT.unpack_from(data, position)
-                position += _COUNT.size
-                outputs_ = []
-                for _ in range(output_count):
-                    descriptor, position = _read_tensor(data, position)
-                    outputs_.append(descriptor)
-                responses.append({"outputs": outputs_, "parameters": None, "error": None})
-            return {"op": "result", "id": batch, "responses": responses}
     except (struct.error, IndexError, UnicodeDecodeError) as exc:
         raise ValueError(f"a broken message header: {exc}") from None
+    if first == _RESULT:
+        batch, responses = read_result(data)
+        return {"op": "result", "id": batch,
+                "responses": [{"outputs": outputs, "parameters": None, "error": None}
+                              for outputs in responses]}
     return json.loads(data)

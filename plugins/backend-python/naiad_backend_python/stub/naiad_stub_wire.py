@@ -45,8 +45,15 @@ from typing import Any, List, Tuple
 
 import numpy as np
 
-# pack_execute is for the server, which packs its plain batches with it through this module
-from naiad_stub_headers import decode_header, encode_header, pack_execute  # noqa: F401
+# pack_execute, is_plain_result and read_result are for the server, which packs its plain
+# batches and reads their plain results with them through this module
+from naiad_stub_headers import (  # noqa: F401
+    decode_header,
+    encode_header,
+    is_plain_result,
+    pack_execute,
+    read_result,
+)
 
 PROTOCOL_VERSION = 3
 ALIGNMENT = 64
