@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+import sys
 from collections.abc import Iterable
 from functools import cache
 from pathlib import Path
@@ -58,12 +59,60 @@ def render_kustomization(folder: Path) -> list[dict[str, Any]]:
     return [item for item in yaml.safe_load_all(rendered.stdout) if item]
 
 
+# One helm-python-sdk call, in a child Python: argv[1] is the call ("lint" or "render"), stdin
+# its JSON arguments, stdout its JSON answer, or (exit status 3) the error it raised.
+_HELM_CALL = """
+import json, sys
+import helm_python as helm
+args = json.load(sys.stdin)
+try:
+    if sys.argv[1] == "lint":
+        answer = helm.lint(args["chart"], strict=True)
+    else:
+        answer = helm.Chart.load(args["chart"]).render(args["values"], name=args["release"],
+                                                        namespace=args["namespace"])
+except Exception as exc:
+    json.dump({"error": type(exc).__name__, "message": str(exc)}, sys.stdout)
+    sys.exit(3)
+json.dump(answer, sys.stdout)
+"""
+# A lint or a render takes well under a second.
+HELM_TIMEOUT_S = 120
+
+
+class HelmCallError(Exception):
+    """What helm-python-sdk raised in the child: ``kind`` is its exception's class name."""
+
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(f"{kind}: {message}")
+        self.kind = kind
+
+
+def helm_call(call: str, **args: Any) -> Any:
+    """What helm-python-sdk answers to ``call`` ("lint" or "render"), run in a child process.
+    The SDK runs Helm's Go runtime inside the Python that loads it: once, in a full run,
+    it took its pytest worker down during the lint, and pytest-xdist then waited for the
+    lost worker for ever. In a child, such a crash fails the test that made the call, with
+    the child's output; an error the SDK raises is a :class:`HelmCallError`. Skips the test
+    when helm-python-sdk is not installed."""
+    pytest.importorskip("helm_python", reason="helm-python-sdk (requirements-test.txt) "
+                        "renders and lints the Helm chart")
+    run = subprocess.run([sys.executable, "-c", _HELM_CALL, call], input=json.dumps(args),
+                         capture_output=True, text=True, timeout=HELM_TIMEOUT_S)
+    if run.returncode == 3:
+        raised = json.loads(run.stdout)
+        raise HelmCallError(raised["error"], raised["message"])
+    if run.returncode != 0:
+        pytest.fail(f"helm-python-sdk's {call} exited with {run.returncode}: "
+                    f"{(run.stdout + run.stderr)[-3000:]}")
+    return json.loads(run.stdout)
+
+
 def render_chart(values: dict[str, Any], release: str = "demo") -> list[dict[str, Any]]:
     """The chart rendered by Helm's own template engine (the Helm 4 Go SDK in helm-python-sdk),
     offline, as `helm template` does."""
-    helm = pytest.importorskip("helm_python", reason="helm-python-sdk (requirements-test.txt) "
-                               "renders the Helm chart")
-    manifests = helm.Chart.load(str(CHART)).render(values, name=release, namespace="serving")
+    manifests = helm_call("render", chart=str(CHART), values=values, release=release,
+                          namespace="serving")
     return [item for text in manifests.values() for item in yaml.safe_load_all(text) if item]
 
 
