@@ -100,8 +100,9 @@ def interpreters(root: int) -> dict[str, list[str]]:
     """The Python each role's processes run, per role: the ``libpython`` they map, else
     their executable when it is a Python. Triton's stubs load the system's shared
     ``libpython3.X`` (Debian's is built with PGO and LTO), while naiad runs on whatever
-    interpreter its environment has: a pyenv build without ``--enable-optimizations`` runs
-    Python code about a third slower, which every figure here carries."""
+    interpreter its environment has: a pyenv build without ``--enable-optimizations`` takes
+    about 1.5 times as long over pure-Python code, and serves 17-21 % fewer requests at
+    c=1 (``results/issue26-session9-2026-11-29.md``)."""
     found: dict[str, set[str]] = {}
     for pid, cmdline in process_tree(root).items():
         try:
