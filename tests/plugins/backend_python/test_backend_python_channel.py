@@ -5,12 +5,14 @@ each answered with its own outputs."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import socket
 import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import numpy as np
 import pytest
@@ -77,12 +79,10 @@ def test_concurrent_batches_of_every_size_get_their_own_answers(tmp_path, loop):
         instance.close()
 
 
-def test_a_stray_or_broken_answer_is_logged_and_the_channel_keeps_reading(caplog):
-    """A worker speaking out of turn (an answer to no batch, an answer that cannot be read)
-    loses only that message: later batches are still answered."""
-    import socket
-
-    from naiad.errors import InferenceServerError
+@contextlib.contextmanager
+def bare_channel(loop: asyncio.AbstractEventLoop | None) -> Iterator[tuple[Any, Any]]:
+    """A channel reading on ``loop`` (None: its own thread), and the worker's end of its
+    socket for the test to speak as the worker: no process, no region."""
     from naiad_backend_python.isolated.channel import WorkerChannel
     from naiad_backend_python.isolated.regions import RegionPolicy
     from naiad_backend_python.stub import naiad_stub_wire as wire
@@ -91,9 +91,21 @@ def test_a_stray_or_broken_answer_is_logged_and_the_channel_keeps_reading(caplog
     channel = WorkerChannel(wire.Connection(server_end), "m", "m_0",
                             RegionPolicy("/nonexistent", 0, 1, 0, 1 << 20))
     worker = wire.Connection(worker_end)
-    channel.start_reading(None)
-    results: list[object] = []
+    channel.start_reading(loop)
     try:
+        yield channel, worker
+    finally:
+        worker.close()
+        channel.close()
+
+
+def test_a_stray_or_broken_answer_is_logged_and_the_channel_keeps_reading(caplog):
+    """A worker speaking out of turn (an answer to no batch, an answer that cannot be read)
+    loses only that message: later batches are still answered."""
+    from naiad.errors import InferenceServerError
+
+    results: list[object] = []
+    with bare_channel(None) as (channel, worker):
         channel.submit([request("m", {"INPUT0": np.ones(2, np.float32)})], results.append)
         header, _, _ = worker.receive()
         worker.send({"op": "result", "id": 12345, "responses": []})  # no such batch
@@ -112,9 +124,6 @@ def test_a_stray_or_broken_answer_is_logged_and_the_channel_keeps_reading(caplog
         assert isinstance(broken, InferenceServerError) and "unreadable answer" in broken.message
         np.testing.assert_array_equal(good[0].outputs[0].data, out)
         assert "not in flight" in caplog.text
-    finally:
-        worker.close()
-        channel.close()
 
 
 def test_plain_results_read_on_the_event_loop_answer_as_the_general_way(caplog, loop):
@@ -124,8 +133,6 @@ def test_plain_results_read_on_the_event_loop_answer_as_the_general_way(caplog, 
     one fails its batch, a good one answers with its outputs, and the channel keeps
     reading."""
     from naiad.errors import InferenceServerError
-    from naiad_backend_python.isolated.channel import WorkerChannel
-    from naiad_backend_python.isolated.regions import RegionPolicy
     from naiad_backend_python.stub import naiad_stub_wire as wire
 
     def plain(batch: int, *outputs: list) -> dict:
@@ -135,13 +142,8 @@ def test_plain_results_read_on_the_event_loop_answer_as_the_general_way(caplog, 
         assert wire.is_plain_result(wire.encode_header(header))  # it travels binary
         return header
 
-    server_end, worker_end = socket.socketpair()
-    channel = WorkerChannel(wire.Connection(server_end), "m", "m_0",
-                            RegionPolicy("/nonexistent", 0, 1, 0, 1 << 20))
-    worker = wire.Connection(worker_end)
-    channel.start_reading(loop)
     results: list[object] = []
-    try:
+    with bare_channel(loop) as (channel, worker):
         channel.submit([request("m", {"INPUT0": np.ones(2, np.float32)})], results.append)
         header, _, _ = worker.receive()
         worker.send(plain(12345))  # no such batch
@@ -167,9 +169,6 @@ def test_plain_results_read_on_the_event_loop_answer_as_the_general_way(caplog, 
         assert first.error is None and second.error is None
         assert "batch 12345, which is not in flight" in caplog.text
         assert channel.in_flight == 0
-    finally:
-        worker.close()
-        channel.close()
 
 
 def _sent_frame(sock: socket.socket) -> bytes:
