@@ -1,0 +1,191 @@
+#!/usr/bin/env python3
+"""Python opcodes per request on the engine's event loop, by function and by phase.
+
+Why: ``instructions.py`` counts what the engine costs; this says where in a request's life
+the Python work happens. At concurrency 1 on one core the work the engine does after the
+answer is written overlaps the client's turn-round, and everything else is on the request's
+critical path, so the split between the phases bounds what moving work later can gain
+(issue 26, ``benchmarks/results/issue26-session10-2026-11-29.md``).
+
+How: the engine runs under this file as its launcher, with a ``sys.settrace`` opcode counter
+on the loop's thread that SIGUSR1 switches on and SIGUSR2 off (dumping what it counted).
+It serves ``payloads.py``'s ``identity`` model (the Triton Python model, FP32 [1, 16]) in its
+worker process; after a warm-up, h2load sends ``--requests`` requests one at a time per
+protocol. Tracing slows the engine about tenfold, which does not change what runs at
+concurrency 1. Each opcode counts toward the function it runs in and toward the phase the
+request is in, which the first call of these functions starts:
+
+- ``request``: a request's bytes arrive (the HTTP or gRPC protocol's ``data_received``)
+  until the batch goes to the worker (the worker transport's ``_send_some``);
+- ``waiting``: from there until the worker's answer is read (its ``_readable``);
+- ``result``: from there until the answer is written (HTTP: ``protocol.py``'s ``_answer``,
+  which makes the response's bytes and writes them; gRPC: ``sending.py``'s ``flush``, which
+  writes what the round queued, after the round's callbacks);
+- ``answered``: the write and whatever runs after it, until the next request.
+
+    .venv/bin/python benchmarks/opcodes.py --protocols http,grpc --requests 300
+
+Needs h2load. The counts are exact for a given code path (the same requests give the same
+counts to a few opcodes), so two checkouts compare by running this in each.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import runpy
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import instructions
+import protocol_overhead as po
+
+PHASES = ("request", "waiting", "result", "answered")
+# The functions (file, name) whose call starts each phase (see the module's docstring).
+PHASE_STARTS = {("limits.py", "data_received"): "request",
+                ("connection.py", "data_received"): "request",
+                ("transport.py", "_send_some"): "waiting",
+                ("transport.py", "_readable"): "result",
+                ("protocol.py", "_answer"): "answered",
+                ("sending.py", "flush"): "answered"}
+WARMUP_REQUESTS = 200
+READY_TIMEOUT_S = 120.0
+# How long the traced engine gets to write its counts after SIGUSR2.
+DUMP_WAIT_S = 30.0
+SERVE_TRACED = "serve-traced"
+
+
+def serve_traced(naiad_argv: list[str]) -> None:
+    """Run ``naiad serve`` with the opcode counter (this file's launcher mode). The counts
+    go to ``$NAIAD_OPCODES_OUT`` as JSON when SIGUSR2 arrives."""
+    by_function: collections.Counter[str] = collections.Counter()
+    by_phase: collections.Counter[str] = collections.Counter()
+    state = {"phase": "answered"}
+
+    def count(frame: Any, event: str, arg: Any) -> Any:
+        if event == "opcode":
+            code = frame.f_code
+            by_function[f"{code.co_filename}:{code.co_firstlineno}:{code.co_name}"] += 1
+            by_phase[state["phase"]] += 1
+        return count
+
+    def enter(frame: Any, event: str, arg: Any) -> Any:
+        frame.f_trace_opcodes = True
+        code = frame.f_code
+        phase = PHASE_STARTS.get((os.path.basename(code.co_filename), code.co_name))
+        if phase is not None:
+            state["phase"] = phase
+        return count
+
+    def start(*_: Any) -> None:
+        by_function.clear()
+        by_phase.clear()
+        sys.settrace(enter)  # signal handlers run on the main thread: the event loop's
+
+    def stop(*_: Any) -> None:
+        sys.settrace(None)
+        Path(os.environ["NAIAD_OPCODES_OUT"]).write_text(json.dumps(
+            {"functions": dict(by_function), "phases": dict(by_phase)}))
+
+    signal.signal(signal.SIGUSR1, start)
+    signal.signal(signal.SIGUSR2, stop)
+    sys.argv = ["naiad", *naiad_argv]
+    runpy.run_module("naiad", run_name="__main__")
+
+
+def measure(protocol: str, requests: int, work: Path, repo: Path, payload_dir: Path,
+            naiad_args: list[str]) -> dict[str, Any]:
+    """The counts over ``requests`` requests of ``protocol``, from a fresh engine."""
+    target = instructions.Target("naiad")
+    target.ports = {k: po.free_port() for k in ("http", "grpc", "metrics")}
+    out = work / f"opcodes-{protocol}.json"
+    env = dict(target.env(), NAIAD_OPCODES_OUT=str(out))
+    cmd = [sys.executable, __file__, SERVE_TRACED, "serve", "--model-repository", str(repo),
+           "--http-port", str(target.ports["http"]), "--grpc-port", str(target.ports["grpc"]),
+           "--metrics-port", str(target.ports["metrics"]), "--http-address", "127.0.0.1",
+           "--grpc-address", "127.0.0.1", "--metrics-address", "127.0.0.1", *naiad_args]
+    with (work / f"naiad-{protocol}.log").open("wb") as log:
+        proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        while not instructions.ready(target.ports["http"]):
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"naiad did not get ready; its log: "
+                                   f"{work / f'naiad-{protocol}.log'}")
+            time.sleep(0.3)
+        instructions.load(target, protocol, WARMUP_REQUESTS, payload_dir)
+        proc.send_signal(signal.SIGUSR1)
+        time.sleep(0.5)
+        instructions.load(target, protocol, requests, payload_dir)
+        proc.send_signal(signal.SIGUSR2)
+        deadline = time.monotonic() + DUMP_WAIT_S
+        while not out.exists():
+            if time.monotonic() > deadline:
+                raise RuntimeError("the traced engine wrote no counts")
+            time.sleep(0.2)
+        time.sleep(0.5)  # the file is written in one call; let it finish
+        return json.loads(out.read_text())
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def short_name(key: str) -> str:
+    path, line, name = key.rsplit(":", 2)
+    return f"{Path(path).name}:{line}:{name}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == [SERVE_TRACED]:
+        serve_traced(argv[1:])
+        return 0
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--protocols", default="http,grpc",
+                    type=lambda s: [p for p in s.split(",") if p])
+    ap.add_argument("--requests", type=int, default=300,
+                    help="counted requests per protocol")
+    ap.add_argument("--top", type=int, default=30, help="functions listed per protocol")
+    ap.add_argument("--naiad-arg", action="append", default=[],
+                    help="an extra flag for naiad serve")
+    ap.add_argument("--json-out")
+    args = ap.parse_args(argv)
+    results: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory(prefix="naiad-opcodes-") as tmp:
+        work = Path(tmp)
+        repo = po.write_repository(work)
+        payload_dir = po.write_payloads(work)
+        for protocol in args.protocols:
+            counts = measure(protocol, args.requests, work, repo, payload_dir, args.naiad_arg)
+            results[protocol] = counts
+            n = args.requests
+            phases = counts["phases"]
+            total = sum(phases.values())
+            print(f"\n{protocol}: {total / n:,.0f} opcodes per request on the event loop")
+            print("| phase | opcodes per request | share |\n|---|---|---|")
+            for phase in PHASES:
+                value = phases.get(phase, 0)
+                print(f"| {phase} | {value / n:,.0f} | {value / total:.1%} |")
+            print("\n| function | opcodes per request |\n|---|---|")
+            ranked = sorted(counts["functions"].items(), key=lambda kv: -kv[1])
+            for key, value in ranked[:args.top]:
+                print(f"| {short_name(key)} | {value / n:,.1f} |")
+    if args.json_out:
+        Path(args.json_out).write_text(json.dumps(results, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
