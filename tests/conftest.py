@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import signal
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -9,6 +11,16 @@ import pytest
 from zoo import standard_repository
 
 from naiad.testing import ServerProcess, naiad_server
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """SIGINT as Python's default in every pytest process, however the suite was started.
+    A shell starts a background job (``scripts/test &``) with SIGINT ignored, every process
+    a test starts inherits that, and a test that stops its servers with SIGINT, as
+    PyTriton's examples and functional tests do, waits for them in vain."""
+    if (threading.current_thread() is threading.main_thread()
+            and signal.getsignal(signal.SIGINT) is signal.SIG_IGN):
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture(scope="session")
