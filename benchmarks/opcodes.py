@@ -11,9 +11,9 @@ How: the engine runs under this file as its launcher, with a ``sys.settrace`` op
 on the loop's thread that SIGUSR1 switches on and SIGUSR2 off (dumping what it counted).
 It serves ``payloads.py``'s ``identity`` model (the Triton Python model, FP32 [1, 16]) in its
 worker process; after a warm-up, h2load sends ``--requests`` requests one at a time per
-protocol. Tracing slows the engine about tenfold, which does not change what runs at
-concurrency 1. Each opcode counts toward the function it runs in and toward the phase the
-request is in, which the first call of these functions starts:
+protocol. Tracing slows the engine, which does not change what runs at concurrency 1
+(each request is alone). Each opcode counts toward the function it runs in and toward the
+phase the request is in, which the first call of these functions starts:
 
 - ``request``: a request's bytes arrive (the HTTP or gRPC protocol's ``data_received``)
   until the batch goes to the worker (the worker transport's ``_send_some``);
@@ -25,8 +25,8 @@ request is in, which the first call of these functions starts:
 
     .venv/bin/python benchmarks/opcodes.py --protocols http,grpc --requests 300
 
-Needs h2load. The counts are exact for a given code path (the same requests give the same
-counts to a few opcodes), so two checkouts compare by running this in each.
+Needs h2load. The counts are exact for a given code path (two runs of the same code differed
+by at most one opcode per request), so two checkouts compare by running this in each.
 """
 
 from __future__ import annotations
