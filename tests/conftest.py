@@ -1,4 +1,5 @@
-"""Fixtures shared by every test tree: model repositories and real server processes."""
+"""Shared by every test tree: the test processes' signal set-up, model repositories and real
+server processes."""
 
 from __future__ import annotations
 
