@@ -91,8 +91,11 @@ def serve_traced(naiad_argv: list[str]) -> None:
 
     def stop(*_: Any) -> None:
         sys.settrace(None)
-        Path(os.environ["NAIAD_OPCODES_OUT"]).write_text(json.dumps(
-            {"functions": dict(by_function), "phases": dict(by_phase)}))
+        out = Path(os.environ["NAIAD_OPCODES_OUT"])
+        partial = out.with_suffix(".partial")
+        partial.write_text(json.dumps({"functions": dict(by_function),
+                                       "phases": dict(by_phase)}))
+        partial.replace(out)  # whole, or not there: the driver waits for it
 
     signal.signal(signal.SIGUSR1, start)
     signal.signal(signal.SIGUSR2, stop)
@@ -130,7 +133,6 @@ def measure(protocol: str, requests: int, work: Path, repo: Path, payload_dir: P
             if time.monotonic() > deadline:
                 raise RuntimeError("the traced engine wrote no counts")
             time.sleep(0.2)
-        time.sleep(0.5)  # the file is written in one call; let it finish
         return json.loads(out.read_text())
     finally:
         proc.terminate()
