@@ -23,7 +23,7 @@ phase the request is in, which the first call of these functions starts:
   writes what the round queued, after the round's callbacks);
 - ``answered``: the write and whatever runs after it, until the next request.
 
-    .venv/bin/python benchmarks/opcodes.py --protocols http,grpc --requests 300
+    .venv/bin/python benchmarks/opcodes.py --protocols http,grpc --requests 512
 
 Needs h2load. The counts are exact for a given code path (two runs of the same code differed
 by at most one opcode per request), so two checkouts compare by running this in each.
@@ -157,8 +157,10 @@ def main(argv: list[str] | None = None) -> int:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--protocols", default="http,grpc",
                     type=lambda s: [p for p in s.split(",") if p])
-    ap.add_argument("--requests", type=int, default=300,
-                    help="counted requests per protocol")
+    ap.add_argument("--requests", type=int, default=512,
+                    help="counted requests per protocol (a multiple of 256: the statistics "
+                         "fold every 256 requests, so any such count holds a whole number "
+                         "of folds)")
     ap.add_argument("--top", type=int, default=30, help="functions listed per protocol")
     ap.add_argument("--naiad-arg", action="append", default=[],
                     help="an extra flag for naiad serve")
