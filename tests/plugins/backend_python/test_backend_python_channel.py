@@ -99,6 +99,14 @@ def bare_channel(loop: asyncio.AbstractEventLoop | None) -> Iterator[tuple[Any, 
         channel.close()
 
 
+def wait_for(results: list[object], count: int, timeout_s: float = 10.0) -> None:
+    """Until ``results`` (filled from the channel's reader) holds ``count`` items, or
+    ``timeout_s`` passes (the test's assertions then say what is missing)."""
+    deadline = time.monotonic() + timeout_s
+    while len(results) < count and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
 def test_a_stray_or_broken_answer_is_logged_and_the_channel_keeps_reading(caplog):
     """A worker speaking out of turn (an answer to no batch, an answer that cannot be read)
     loses only that message: later batches are still answered."""
@@ -117,9 +125,7 @@ def test_a_stray_or_broken_answer_is_logged_and_the_channel_keeps_reading(caplog
         worker.send({"op": "result", "id": header["id"], "responses": [
             {"outputs": [["OUT", "FP32", [2], "p", 0, 8]], "error": None}]},
             [memoryview(out.view(np.uint8))])
-        deadline = time.monotonic() + 10
-        while len(results) < 2 and time.monotonic() < deadline:
-            time.sleep(0.01)
+        wait_for(results, 2)
         broken, good = results
         assert isinstance(broken, InferenceServerError) and "unreadable answer" in broken.message
         np.testing.assert_array_equal(good[0].outputs[0].data, out)
@@ -155,9 +161,7 @@ def test_plain_results_read_on_the_event_loop_answer_as_the_general_way(caplog, 
                                          ["EMPTY", "FP32", [0], "p", 8, 0]],
                           [["OUT", "FP32", [1, 2], "p", 8, 8]]),
                     [memoryview(out.view(np.uint8))])
-        deadline = time.monotonic() + 10
-        while len(results) < 2 and time.monotonic() < deadline:
-            time.sleep(0.01)
+        wait_for(results, 2)
         broken, good = results
         assert isinstance(broken, InferenceServerError) and "unreadable answer" in broken.message
         assert "outside the message payload" in broken.message
