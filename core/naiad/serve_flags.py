@@ -36,6 +36,7 @@ from naiad.models.progress import DEFAULT_PROGRESS_S
 from naiad.models.staging import DEFAULT_MAX_BYTES
 from naiad.plugins import DEFAULT_BACKEND_DIRECTORY
 from naiad.scheduling.rate_limiter import MODES as RATE_LIMIT_MODES
+from naiad.scheduling.worker import DEFAULT_LOOP_EXECUTION_MAX_US
 from naiad.server_options import MIB
 from naiad.shm import DEFAULT_MAX_REGIONS as DEFAULT_MAX_SHM_REGIONS
 from naiad.tritonserver_flags import parse_bool
@@ -441,6 +442,11 @@ FLAGS: tuple[Flag, ...] = (
          help="deprecated: --trace-config count=N"),
     Flag(("--trace-log-frequency",), TRACING, metavar="N",
          help="deprecated: --trace-config triton,log-frequency=N"),
+    Flag(("--loop-execution-max-usecs",), PROCESS, default=DEFAULT_LOOP_EXECUTION_MAX_US,
+         type=_count_or_zero, metavar="MICROSECONDS", option="load.loop_execution_max_us",
+         help="run a batch of an instance that may run on any thread (ONNX Runtime on the CPU) "
+              "on the event loop, not its thread, when its recent batches took at most this "
+              "long; 0: never (naiad only; docs/design.md)"),
     Flag(("--sched-batch",), PROCESS, kind="switch", default=True,
          help="run the server's threads in Linux's SCHED_BATCH class (naiad only; fewer wasted "
               "context switches between threads that share the GIL)"),

@@ -272,15 +272,25 @@ HEALTHY = InstanceHealth()
 
 
 class ModelInstance(abc.ABC):
-    """One loaded copy of a model version. ``execute`` runs in a worker thread, never on the
-    event loop, and gets a batch of requests (one element unless the scheduler batched)."""
+    """One loaded copy of a model version. ``execute`` runs in the instance's own thread,
+    one batch at a time, and gets a batch of requests (one element unless the scheduler
+    batched); an instance that sets :attr:`any_thread` may have a short batch run on the
+    server's event loop instead."""
 
     @abc.abstractmethod
     def execute(self, requests: Sequence[InferenceRequest]) -> list[InferenceResponse]:
         """Run the model on ``requests``; return one response per request, in order."""
 
     def close(self) -> None:  # noqa: B027 - optional hook
-        """Release the instance's resources (called once, from a worker thread)."""
+        """Release the instance's resources (called once, from the instance's thread)."""
+
+    #: True for an instance whose :meth:`execute` may run on any thread, one call at a time
+    #: (the framework keeps no state per thread, such as PyTorch's grad mode or a CUDA
+    #: device): a batch submitted on the event loop whose recent batches were short
+    #: (``--loop-execution-max-usecs``) then runs on the loop at the end of its round,
+    #: without the hop to the instance's thread and back. The instance is still created
+    #: and closed on its own thread, and a long batch still runs there.
+    any_thread: bool = False
 
     #: True for an instance whose model runs outside the server's threads (a worker
     #: process) and that implements :meth:`execute_async`: the core then hands it batches

@@ -23,11 +23,13 @@ async def load_version(backend: Backend, name: str, version: int, path: Path,
                        backend_config: dict[str, str],
                        server: InferenceClient | None = None,
                        metrics: ModelMetrics | None = None, *,
-                       progress_s: float = DEFAULT_PROGRESS_S) -> list[InstanceWorker]:
+                       progress_s: float = DEFAULT_PROGRESS_S,
+                       loop_execution_max_us: int = 0) -> list[InstanceWorker]:
     """Create every instance of a model version in parallel, each on the thread it will run
     on. If one fails, the others are stopped and the error names the model and instance.
     Creating them (the backend's environment, the model's ``initialize``) and warming them
-    up log that they still run every ``progress_s`` seconds."""
+    up log that they still run every ``progress_s`` seconds. ``loop_execution_max_us``: see
+    :class:`InstanceWorker` (0: every batch runs on its instance's thread)."""
     context = ModelContext(
         name=name,
         version=version,
@@ -41,7 +43,7 @@ async def load_version(backend: Backend, name: str, version: int, path: Path,
         metrics=metrics,
     )
     samples = warmup_samples(name, version, config, path)
-    workers = [InstanceWorker(info, name) for info in instances]
+    workers = [InstanceWorker(info, name, loop_execution_max_us * 1000) for info in instances]
     what = f"model '{name}' version {version}"
     async with progress(what, f"initialize ({len(workers)} instance(s))", progress_s):
         results = await asyncio.gather(

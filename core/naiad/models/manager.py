@@ -557,7 +557,9 @@ class ModelManager:
             try:
                 workers = await load_version(backend, name, version, path, config, instances,
                                              backend_config, self.client, metrics,
-                                             progress_s=self.options.progress_s)
+                                             progress_s=self.options.progress_s,
+                                             loop_execution_max_us=(
+                                                 self.options.loop_execution_max_us))
             except BaseException:
                 metrics.close()  # what a failed initialize made goes with it
                 if limiter is not None:

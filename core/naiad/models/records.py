@@ -20,6 +20,7 @@ from naiad.models.signature import ModelSignature
 from naiad.repository.fingerprint import ModelFingerprint
 from naiad.scheduling.base import Scheduler, SchedulingContext
 from naiad.scheduling.rate_limiter import ResourceFlag
+from naiad.scheduling.worker import DEFAULT_LOOP_EXECUTION_MAX_US
 
 READY, UNAVAILABLE, LOADING, UNLOADING = "READY", "UNAVAILABLE", "LOADING", "UNLOADING"
 
@@ -99,6 +100,9 @@ class LoadOptions:
     # (naiad.scheduling.rate_limiter)
     rate_limit: str = "off"
     rate_limit_resources: list[ResourceFlag] = field(default_factory=list)
+    # --loop-execution-max-usecs: a batch of an instance that may run on any thread runs
+    # on the event loop when its recent batches took at most this long (0: never)
+    loop_execution_max_us: int = DEFAULT_LOOP_EXECUTION_MAX_US
 
     def settings_for(self, backend: str) -> dict[str, str]:
         """The ``--backend-config`` settings one backend sees: the shared ones, overridden

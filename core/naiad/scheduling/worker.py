@@ -1,8 +1,13 @@
 """Instance workers: one thread per model instance, and the one call that feeds it.
 
-A worker owns one :class:`ModelInstance` and the thread it was created on; every call into
-the instance (load, execute, close) runs there, so state a framework ties to a thread stays
-put and instances run in parallel.
+A worker owns one :class:`ModelInstance` and the thread it was created on; the instance is
+created and closed there, and runs its batches there, so state a framework ties to a thread
+stays put and instances run in parallel. An instance that may run on any thread
+(``ModelInstance.any_thread``) and whose recent batches were short
+(``--loop-execution-max-usecs``) has a batch submitted on the event loop run by the loop
+itself, at the end of the loop's round, when its thread has nothing to do: on a
+second core the hop to the thread and back (two GIL hand-overs) cost more than such a
+batch (``docs/design.md``, "Short batches on the event loop").
 
 :meth:`InstanceWorker.submit` is how every batch reaches an instance, whoever sends it
 (a scheduler on the event loop, on a gRPC thread or on another instance's thread, warmup):
@@ -24,6 +29,7 @@ import logging
 import queue
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from typing import Any, NamedTuple, TypeVar, overload
@@ -35,6 +41,11 @@ from naiad.types import InferenceRequest, InferenceResponse, InstanceInfo, Model
 log = logging.getLogger("naiad.scheduling")
 
 R = TypeVar("R")
+
+#: ``--loop-execution-max-usecs``: on two cores the hop to an instance's thread and back
+#: cost the event loop about as much as an ONNX Runtime run of this length
+#: (``docs/design.md``, "Short batches on the event loop").
+DEFAULT_LOOP_EXECUTION_MAX_US = 50
 
 
 class Execution(NamedTuple):
@@ -79,20 +90,37 @@ class InstanceWorker:
     """A model instance and its thread. :meth:`submit` a batch from any thread; ``load``
     and ``stop`` begin and end the instance's life."""
 
-    def __init__(self, info: InstanceInfo, model_name: str) -> None:
+    def __init__(self, info: InstanceInfo, model_name: str,
+                 loop_execution_max_ns: int = 0) -> None:
+        """``loop_execution_max_ns``: a batch may run on the event loop when the instance
+        allows it and its recent batches took at most this long (0: never)."""
         self.info = info
         self.model_name = model_name
         self.instance: ModelInstance | None = None
-        # Written by the worker thread only; jobs are submitted from several threads, so
-        # what waits is read off the queue itself.
-        self.running = False
+        self.loop_execution_max_ns = loop_execution_max_ns
         self._jobs: queue.SimpleQueue[_Batch | _Call | None] = queue.SimpleQueue()
         # Set (under the lock) when the instance starts closing: later batches are refused,
         # so none can queue behind the close or the end of the thread.
         self._closed = False
         self._closing = threading.Lock()
-        # Batches handed to an asynchronous instance and not answered yet (under _closing).
+        # Under _closing: batches queued to the thread and not finished; batches handed to
+        # an asynchronous instance and not answered yet; batches held for the event loop
+        # and not finished (held ones are in _held, in order).
+        self._queued = 0
         self._elsewhere = 0
+        self._on_loop = 0
+        self._held: deque[_Batch] = deque()
+        # The event loop that loaded the instance, and the longest recent run it holds a
+        # batch for (-1 until the instance allows it: never).
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop_thread = -1
+        self._hold_max_ns = -1
+        # How long a batch takes, recent runs weighted (ns; None until one ran): it
+        # rises to a longer run at once and falls back by an eighth of the gap per run.
+        self._run_ns: int | None = None
+        # Taken around every call into the instance that may meet another: a batch on the
+        # loop, and a lifecycle call (close) on the thread.
+        self._calling = threading.Lock()
         self._thread = threading.Thread(target=self._run, name=f"naiad-{info.name}",
                                         daemon=True)
         self._thread.start()
@@ -100,12 +128,12 @@ class InstanceWorker:
     @property
     def pending(self) -> int:
         """Jobs submitted and not yet started."""
-        return self._jobs.qsize()
+        return self._jobs.qsize() + len(self._held)
 
     @property
     def busy(self) -> int:
-        """Jobs submitted and not yet finished (the one running counts)."""
-        return self._jobs.qsize() + self.running + self._elsewhere
+        """Batches submitted and not yet finished (those running count)."""
+        return self._queued + self._elsewhere + self._on_loop
 
     @overload
     def submit(self, requests: Sequence[InferenceRequest]) -> Future[Execution]: ...
@@ -128,7 +156,13 @@ class InstanceWorker:
         An instance whose model runs in another process (``ModelInstance.asynchronous``)
         gets the batch from the submitting thread at once, with no hop through the
         instance thread; its future completes on the thread that reads the worker's
-        answers (the event loop, in the server) and cannot be cancelled once submitted."""
+        answers (the event loop, in the server) and cannot be cancelled once submitted.
+
+        An instance that may run on any thread has a batch submitted on the event loop
+        held, and run by the loop at the end of its round, when nothing is queued to its
+        thread and its recent batches were short; while batches are held, every batch
+        submitted joins them, whichever thread submits it, so batches run one at a time and
+        in the order submitted. Its future then completes on the loop."""
         instance = self.instance
         if instance is not None and instance.asynchronous:
             return self._submit_elsewhere(instance, requests, then)
@@ -137,7 +171,21 @@ class InstanceWorker:
         closing.acquire()  # not ``with``: half the cost, on every batch
         try:
             if not self._closed:
-                self._jobs.put(_Batch(future, requests, then))
+                batch = _Batch(future, requests, then)
+                if self._on_loop:
+                    self._held.append(batch)
+                    self._on_loop += 1
+                    return future
+                run_ns = self._run_ns
+                if (not self._queued and run_ns is not None
+                        and run_ns <= self._hold_max_ns
+                        and threading.get_ident() == self._loop_thread):
+                    self._held.append(batch)
+                    self._on_loop = 1
+                    self._loop.call_soon(self._run_held)  # type: ignore[union-attr]
+                    return future
+                self._queued += 1
+                self._jobs.put(batch)
                 return future
         finally:
             closing.release()
@@ -175,8 +223,15 @@ class InstanceWorker:
         return Execution([InferenceResponse(error=error) for _ in requests], True, now, now)
 
     async def load(self, factory: Callable[[], ModelInstance]) -> None:
-        """Create the instance on the worker thread."""
-        self.instance = await asyncio.wrap_future(self._call(factory))
+        """Create the instance on the worker thread. Its batches may run on this event
+        loop from then on, when the instance allows it."""
+        instance = await asyncio.wrap_future(self._call(factory))
+        if (self.loop_execution_max_ns > 0 and instance.any_thread
+                and not instance.asynchronous):
+            self._loop = asyncio.get_running_loop()
+            self._loop_thread = threading.get_ident()
+            self._hold_max_ns = self.loop_execution_max_ns
+        self.instance = instance
 
     def stop(self) -> None:
         """Close the instance (on its thread), then end the thread. Batches queued before
@@ -206,23 +261,59 @@ class InstanceWorker:
 
     def _run(self) -> None:
         jobs = self._jobs
+        closing = self._closing
         while True:
             job = jobs.get()
             if job is _STOP:
                 break
-            if not job.future.set_running_or_notify_cancel():
-                continue  # cancelled while it waited
             if isinstance(job, _Batch):
                 # Callbacks run here, and count as busy; concurrent.futures logs one that
                 # raises, and the thread goes on.
-                self.running = True
-                _complete(job.future, self._execute(job.requests), job.then)
-                self.running = False
+                if job.future.set_running_or_notify_cancel():  # not cancelled while queued
+                    _complete(job.future, self._execute(job.requests), job.then)
+                closing.acquire()
+                self._queued -= 1
+                closing.release()
+                continue
+            if not job.future.set_running_or_notify_cancel():
                 continue
             try:
-                job.future.set_result(job.fn(*job.args))
+                with self._calling:
+                    job.future.set_result(job.fn(*job.args))
             except BaseException as exc:
                 job.future.set_exception(exc)
+
+    # --- the event loop -----------------------------------------------------------------
+
+    def _run_held(self) -> None:
+        """Run the held batches, in order, on the event loop, with those held meanwhile."""
+        held = self._held
+        closing = self._closing
+        calling = self._calling
+        job: _Batch | None = None
+        while True:
+            closing.acquire()
+            try:
+                if job is not None:
+                    self._on_loop -= 1
+                if not held:
+                    return
+                job = held.popleft()
+            finally:
+                closing.release()
+            if not job.future.set_running_or_notify_cancel():
+                continue  # cancelled while it was held
+            # The lock is only ever held elsewhere by a lifecycle call, and the one that
+            # can come now is close: the batch is refused as a closing instance refuses.
+            if calling.acquire(blocking=False):
+                try:
+                    execution = (self._refused(job.requests) if self._closed
+                                 else self._execute(job.requests))
+                finally:
+                    calling.release()
+            else:
+                execution = self._refused(job.requests)
+            _complete(job.future, execution, job.then)
 
     def _execute(self, requests: Sequence[InferenceRequest]) -> Execution:
         """Run a batch. Never raises: a backend that raises fails the whole batch
@@ -234,7 +325,12 @@ class InstanceWorker:
             result = self.instance.execute(requests)
         except Exception as exc:
             result = exc
-        return self._execution(requests, result, start)
+        execution = self._execution(requests, result, start)
+        took = execution.end_ns - start
+        run_ns = self._run_ns
+        self._run_ns = (took if run_ns is None or took >= run_ns
+                        else run_ns - ((run_ns - took) >> 3))
+        return execution
 
     def _execution(self, requests: Sequence[InferenceRequest],
                    result: list[InferenceResponse] | BaseException, start: int) -> Execution:

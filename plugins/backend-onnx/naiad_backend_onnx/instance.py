@@ -81,6 +81,9 @@ class OnnxModelInstance(ModelInstance):
             raise unsupported(f"model '{self.model_name}': a model with BF16 outputs and "
                               f"string (BYTES) inputs is not supported by the onnxruntime "
                               f"backend")
+        # ONNX Runtime keeps no state per calling thread on the CPU; a GPU provider sets
+        # its device on the thread that runs, so such a session stays on its own thread.
+        self.any_thread = session.get_providers() == ["CPUExecutionProvider"]
         self.run_options = ort.RunOptions()
         for key, value in settings.run_config.items():
             self.run_options.add_run_config_entry(key, value)

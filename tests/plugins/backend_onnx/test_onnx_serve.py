@@ -280,3 +280,33 @@ def test_strings_as_http_json(onnx_server, files):
             module.InferRequestedOutput("TEXT_OUT", binary_data=False)])
     expected = reference(files["strings"], {"TEXT": words})["TEXT_OUT"]
     assert result.get_output("TEXT_OUT")["data"] == expected.reshape(-1).tolist()
+
+
+# --- batches on the event loop -------------------------------------------------------------
+
+
+@pytest.mark.parametrize("setting", ["50", "0"])
+def test_many_clients_at_once_get_each_their_own_answer_wherever_batches_run(tmp_path, setting):
+    """With the default ``--loop-execution-max-usecs`` the model's short runs move to the
+    event loop while its thread is idle, and back while it is busy; with 0 they never do.
+    Either way every request gets its own answer, over both protocols, and the statistics
+    count every one once."""
+    write_model(tmp_path, "add_sub", add_sub_model(), ADD_SUB_CONFIG)
+    rng = np.random.default_rng(11)
+    cases = [{"INPUT0": rng.standard_normal(4).astype(np.float32),
+              "INPUT1": rng.standard_normal(4).astype(np.float32)} for _ in range(160)]
+    model_file = tmp_path / "add_sub" / "1" / "model.onnx"
+    with naiad_server("--model-repository", str(tmp_path),
+                      "--loop-execution-max-usecs", setting) as server:
+        with ThreadPoolExecutor(8) as pool:
+            answers = list(pool.map(
+                lambda item: infer(server, PROTOCOLS[item[0] % 2], "add_sub", item[1]),
+                enumerate(cases)))
+        with client_module("http").InferenceServerClient(server.http_url) as client:
+            stats = client.get_inference_statistics("add_sub")["model_stats"][0]
+    for case, answer in zip(cases, answers, strict=True):
+        assert_same(answer, reference(model_file, case))
+    inference = stats["inference_stats"]
+    assert int(inference["success"]["count"]) == len(cases)
+    assert int(inference["fail"]["count"]) == 0
+    assert int(stats["execution_count"]) == len(cases)

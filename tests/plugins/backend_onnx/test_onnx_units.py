@@ -340,3 +340,15 @@ def test_shared_sessions_are_one_session_per_group(tmp_path):
     for each in loaded:
         each.close()
     assert not backend.shared._sessions
+
+
+def test_a_cpu_session_may_run_on_any_thread(tmp_path):
+    """ONNX Runtime on the CPU keeps nothing per calling thread, so the core may run its
+    short batches on the event loop (``ModelInstance.any_thread``); a session on a GPU
+    provider would not say so."""
+    instance = load(tmp_path, "mlp", mlp_model())
+    try:
+        assert instance.session.get_providers() == [CPU]
+        assert instance.any_thread is True
+    finally:
+        instance.close()
