@@ -264,7 +264,7 @@ class RateLimitedWorker:
         self._waiting = 0
         self._lock = threading.Lock()
 
-    def __getattr__(self, name: str) -> Any:  # instance, load, stop, running...
+    def __getattr__(self, name: str) -> Any:  # instance, load, info...
         return getattr(self.worker, name)
 
     @property

@@ -123,6 +123,21 @@ async def test_every_batch_runs_on_the_thread_when_the_instance_or_the_setting_s
     assert {thread for _, thread in bound.ran + off.ran} == {THREAD}
 
 
+async def test_the_loop_runs_every_held_batch_before_it_answers_any():
+    """The framework's work back to back, then the loop's: each keeps its caches warm."""
+    instance = AnyThread()
+    worker = await loaded(instance)
+    try:
+        await measured(worker)
+        seen_when_answered: list[int] = []
+        futures = [worker.submit(batch(f"b{n}"), lambda e: seen_when_answered.append(
+            len(instance.ran))) for n in range(3)]
+        await asyncio.wrap_future(futures[-1])
+    finally:
+        worker.stop()
+    assert seen_when_answered == [4, 4, 4]  # "first" and the three held ones
+
+
 async def test_batches_from_other_threads_go_to_the_instance_thread():
     instance = AnyThread()
     worker = await loaded(instance)
