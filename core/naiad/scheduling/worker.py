@@ -231,6 +231,10 @@ class InstanceWorker:
             self._loop = asyncio.get_running_loop()
             self._loop_thread = threading.get_ident()
             self._hold_max_ns = self.loop_execution_max_ns
+            log.info("model '%s' instance '%s': batches whose recent runs took at most %d µs "
+                     "run on the event loop when the instance's thread is idle "
+                     "(--loop-execution-max-usecs)", self.model_name, self.info.name,
+                     self.loop_execution_max_ns // 1000)
         self.instance = instance
 
     def stop(self) -> None:

@@ -306,6 +306,9 @@ def test_many_clients_at_once_get_each_their_own_answer_wherever_batches_run(tmp
             stats = client.get_inference_statistics("add_sub")["model_stats"][0]
     for case, answer in zip(cases, answers, strict=True):
         assert_same(answer, reference(model_file, case))
+    said = ("model 'add_sub' instance 'add_sub_0': batches whose recent runs took at most "
+            "50 µs run on the event loop")
+    assert (said in server.log()) is (setting == "50")
     inference = stats["inference_stats"]
     assert int(inference["success"]["count"]) == len(cases)
     assert int(inference["fail"]["count"]) == 0
