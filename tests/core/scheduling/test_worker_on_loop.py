@@ -117,6 +117,7 @@ async def test_every_batch_runs_on_the_thread_when_the_instance_or_the_setting_s
         for worker in workers:
             for ids in (("first",), ("a",), ("b",)):
                 await asyncio.wrap_future(worker.submit(batch(*ids)))
+                await idle(worker)  # as an instance that may would have "a" and "b" held
     finally:
         for worker in workers:
             worker.stop()
