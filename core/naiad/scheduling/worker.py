@@ -292,7 +292,6 @@ class InstanceWorker:
     def _run_held(self) -> None:
         """Run the held batches on the event loop, in order, with those held meanwhile."""
         closing = self._closing
-        calling = self._calling
         finished = 0
         while True:
             closing.acquire()
@@ -304,23 +303,41 @@ class InstanceWorker:
             finally:
                 closing.release()
             finished = len(jobs)
-            started = [job for job in jobs if job.future.set_running_or_notify_cancel()]
-            # Every batch runs before any is answered: the framework's work back to back,
-            # then the loop's, each with its caches warm (a run then an answer, batch by
-            # batch, served 15 % less). The lock is only ever held elsewhere by a
-            # lifecycle call, and the one that can come now is close: the batches are then
-            # refused as a closing instance refuses.
-            if calling.acquire(blocking=False):
-                try:
-                    executions = ([self._execute(job.requests) for job in started]
-                                  if not self._closed
-                                  else [self._refused(job.requests) for job in started])
-                finally:
-                    calling.release()
-            else:
-                executions = [self._refused(job.requests) for job in started]
-            for job, execution in zip(started, executions, strict=True):
-                _complete(job.future, execution, job.then)
+            try:
+                self._run_and_answer(jobs)
+            except BaseException as exc:
+                # Only an interrupt raised on the loop's thread gets here (KeyboardInterrupt,
+                # where an application left Python's SIGINT handler in place): every batch
+                # still gets its answer, and those held meanwhile run in the next round.
+                now = time.perf_counter_ns()
+                for job in jobs:
+                    if not job.future.done():
+                        _complete(job.future, self._execution(job.requests, exc, now), job.then)
+                with closing:
+                    self._on_loop -= finished
+                    if self._held:
+                        self._loop.call_soon(self._run_held)  # type: ignore[union-attr]
+                raise
+
+    def _run_and_answer(self, jobs: deque[_Batch]) -> None:
+        started = [job for job in jobs if job.future.set_running_or_notify_cancel()]
+        # Every batch runs before any is answered: the framework's work back to back, then
+        # the loop's, each with its caches warm (a run then an answer, batch by batch,
+        # served 15 % less). The lock is only ever held elsewhere by a lifecycle call, and
+        # the one that can come now is close: the batches are then refused as a closing
+        # instance refuses.
+        calling = self._calling
+        if calling.acquire(blocking=False):
+            try:
+                executions = ([self._execute(job.requests) for job in started]
+                              if not self._closed
+                              else [self._refused(job.requests) for job in started])
+            finally:
+                calling.release()
+        else:
+            executions = [self._refused(job.requests) for job in started]
+        for job, execution in zip(started, executions, strict=True):
+            _complete(job.future, execution, job.then)
 
     def _execute(self, requests: Sequence[InferenceRequest]) -> Execution:
         """Run a batch. Never raises: a backend that raises fails the whole batch

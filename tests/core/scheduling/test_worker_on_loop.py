@@ -13,6 +13,8 @@ import threading
 import time
 from collections.abc import Sequence
 
+import pytest
+
 from naiad.errors import Status
 from naiad.scheduling.worker import Execution, InstanceWorker
 from naiad.types import InferenceRequest, InferenceResponse, InstanceInfo, ModelInstance
@@ -320,3 +322,35 @@ async def test_an_instance_closes_only_after_the_batch_running_on_the_loop():
     assert not execution.failed
     assert instance.closed_before_end is False and not instance.closed_while_running
     assert instance.closed_on == THREAD
+
+
+async def test_an_interrupt_on_the_loop_still_answers_every_held_batch():
+    """A KeyboardInterrupt raised on the loop's thread while a held batch runs (an
+    application that left Python's SIGINT handler in place) goes on up, but no batch is left
+    unanswered and the instance keeps serving. ``_run_held`` is called here directly: raised
+    from a loop callback, the interrupt would end the test session."""
+
+    class Interrupted(AnyThread):
+        def execute(self, requests):
+            if requests[0].id == "interrupt":
+                self.ran.append(("interrupt", threading.current_thread().name))
+                raise KeyboardInterrupt
+            return super().execute(requests)
+
+    instance = Interrupted()
+    worker = await loaded(instance)
+    try:
+        await measured(worker)
+        interrupted = worker.submit(batch("interrupt"))
+        after = worker.submit(batch("after"))
+        with pytest.raises(KeyboardInterrupt):
+            worker._run_held()  # what the loop would run at the end of this round
+        for future in (interrupted, after):  # "after" was to run before any answer
+            execution = future.result(0)
+            assert execution.failed
+            assert "failed: KeyboardInterrupt" in execution.responses[0].error.message
+        assert worker.busy == 0
+        assert not (await asyncio.wrap_future(worker.submit(batch("later")))).failed
+    finally:
+        worker.stop()
+    assert [i for i, _ in instance.ran] == ["first", "interrupt", "later"]
