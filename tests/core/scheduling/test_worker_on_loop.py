@@ -11,7 +11,8 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
 
 import pytest
 
@@ -71,6 +72,17 @@ async def loaded(instance: ModelInstance, max_ns: int = MAX_NS) -> InstanceWorke
     return worker
 
 
+@asynccontextmanager
+async def serving(instance: ModelInstance, max_ns: int = MAX_NS
+                  ) -> AsyncIterator[InstanceWorker]:
+    """A loaded worker, stopped when the block ends (however it ends)."""
+    worker = await loaded(instance, max_ns)
+    try:
+        yield worker
+    finally:
+        worker.stop()
+
+
 async def measured(worker: InstanceWorker) -> None:
     """The first batch runs on the thread: nothing is known of the instance's runs yet."""
     await asyncio.wrap_future(worker.submit(batch("first")))
@@ -89,9 +101,8 @@ async def idle(worker: InstanceWorker) -> None:
 
 async def test_a_short_batch_submitted_on_the_loop_runs_there_at_the_end_of_its_round():
     instance = AnyThread()
-    worker = await loaded(instance)
     loop_thread = threading.current_thread().name
-    try:
+    async with serving(instance) as worker:
         await measured(worker)
         future = worker.submit(batch("a", "b"))
         # held, not run inside submit: the loop finishes what it was doing first
@@ -104,8 +115,6 @@ async def test_a_short_batch_submitted_on_the_loop_runs_there_at_the_end_of_its_
         where = await asyncio.wrap_future(
             worker.submit(batch("c"), lambda e: threading.current_thread().name))
         assert where == loop_thread
-    finally:
-        worker.stop()
     assert instance.ran == [("first", THREAD), ("a", loop_thread), ("b", loop_thread),
                             ("c", loop_thread)]
     assert instance.closed_on == THREAD  # created and closed on its own thread still
@@ -114,50 +123,39 @@ async def test_a_short_batch_submitted_on_the_loop_runs_there_at_the_end_of_its_
 async def test_every_batch_runs_on_the_thread_when_the_instance_or_the_setting_says_so():
     bound = ThreadBound()
     off = AnyThread()
-    workers = [await loaded(bound), await loaded(off, max_ns=0)]
-    try:
-        for worker in workers:
+    async with serving(bound) as bound_worker, serving(off, max_ns=0) as off_worker:
+        for worker in (bound_worker, off_worker):
             for ids in (("first",), ("a",), ("b",)):
                 await asyncio.wrap_future(worker.submit(batch(*ids)))
                 await idle(worker)  # as an instance that may would have "a" and "b" held
-    finally:
-        for worker in workers:
-            worker.stop()
     assert {thread for _, thread in bound.ran + off.ran} == {THREAD}
 
 
 async def test_the_loop_runs_every_held_batch_before_it_answers_any():
     """The framework's work back to back, then the loop's: each keeps its caches warm."""
     instance = AnyThread()
-    worker = await loaded(instance)
-    try:
+    async with serving(instance) as worker:
         await measured(worker)
         seen_when_answered: list[int] = []
         futures = [worker.submit(batch(f"b{n}"), lambda e: seen_when_answered.append(
             len(instance.ran))) for n in range(3)]
         await asyncio.wrap_future(futures[-1])
-    finally:
-        worker.stop()
     assert seen_when_answered == [4, 4, 4]  # "first" and the three held ones
 
 
 async def test_batches_from_other_threads_go_to_the_instance_thread():
     instance = AnyThread()
-    worker = await loaded(instance)
-    try:
+    async with serving(instance) as worker:
         await measured(worker)
         from_thread = await asyncio.to_thread(lambda: worker.submit(batch("t")).result(WAIT_S))
         assert not from_thread.failed
-    finally:
-        worker.stop()
     assert instance.ran[-1] == ("t", THREAD)
 
 
 async def test_a_slow_batch_sends_the_next_ones_to_the_thread_until_runs_are_short_again():
     instance = AnyThread()
-    worker = await loaded(instance)
     loop_thread = threading.current_thread().name
-    try:
+    async with serving(instance) as worker:
         await measured(worker)
         await asyncio.wrap_future(worker.submit(batch("slow")))  # on the loop: short so far
         await asyncio.wrap_future(worker.submit(batch("after-slow")))
@@ -167,8 +165,6 @@ async def test_a_slow_batch_sends_the_next_ones_to_the_thread_until_runs_are_sho
             await asyncio.wrap_future(worker.submit(batch(f"short-{n}")))
             if instance.ran[-1][1] == loop_thread:
                 break
-    finally:
-        worker.stop()
     assert instance.ran[-1][1] == loop_thread
     back = int(instance.ran[-1][0].removeprefix("short-"))
     # 20 ms against 5: (7/8)^n of the gap must fall under a quarter, n >= 11
@@ -177,8 +173,7 @@ async def test_a_slow_batch_sends_the_next_ones_to_the_thread_until_runs_are_sho
 
 async def test_a_batch_that_waits_for_the_thread_is_not_overtaken_by_one_on_the_loop():
     instance = AnyThread()
-    worker = await loaded(instance)
-    try:
+    async with serving(instance) as worker:
         await measured(worker)
         # the thread runs a slow batch another thread sent: batches submitted on the loop
         # meanwhile queue behind it, in order, though the thread's queue is empty
@@ -191,17 +186,14 @@ async def test_a_batch_that_waits_for_the_thread_is_not_overtaken_by_one_on_the_
         later = [worker.submit(batch(f"q{n}")) for n in range(3)]
         await asyncio.wrap_future(later[-1])
         assert slow.done() and all(f.done() for f in later)
-    finally:
-        worker.stop()
     assert [i for i, _ in instance.ran[1:]] == ["slow", "q0", "q1", "q2"]
     assert {t for _, t in instance.ran[1:]} == {THREAD}
 
 
 async def test_while_batches_are_held_every_submission_joins_them_in_order():
     instance = AnyThread()
-    worker = await loaded(instance)
     loop_thread = threading.current_thread().name
-    try:
+    async with serving(instance) as worker:
         await measured(worker)
         held = worker.submit(batch("held"))
         # another thread submits before the loop's round ends (the loop is blocked here in
@@ -213,16 +205,13 @@ async def test_while_batches_are_held_every_submission_joins_them_in_order():
         assert worker.busy == 2 and worker.pending == 2
         await asyncio.wrap_future(joined[0])
         assert held.done()
-    finally:
-        worker.stop()
     assert instance.ran[1:] == [("held", loop_thread), ("joined", loop_thread)]
 
 
 async def test_batches_from_the_loop_and_other_threads_never_run_at_once():
     instance = AnyThread()
-    worker = await loaded(instance)
     rounds = 300
-    try:
+    async with serving(instance) as worker:
         await measured(worker)
 
         def from_thread(name: str) -> None:
@@ -236,8 +225,6 @@ async def test_batches_from_the_loop_and_other_threads_never_run_at_once():
         for n in range(rounds):
             await asyncio.wrap_future(worker.submit(batch(f"loop-{n}")))
         await asyncio.to_thread(lambda: [t.join(WAIT_S) for t in threads])
-    finally:
-        worker.stop()
     assert not instance.overlapped
     places = {t for _, t in instance.ran}
     assert places == {THREAD, threading.current_thread().name}  # both ways were taken
@@ -248,8 +235,7 @@ async def test_batches_from_the_loop_and_other_threads_never_run_at_once():
 
 async def test_a_backend_that_raises_on_the_loop_fails_its_batch_and_the_loop_goes_on():
     instance = AnyThread()
-    worker = await loaded(instance)
-    try:
+    async with serving(instance) as worker:
         await measured(worker)
         failed = worker.submit(batch("ok", "raise"))
         after = worker.submit(batch("after"))
@@ -267,22 +253,17 @@ async def test_a_backend_that_raises_on_the_loop_fails_its_batch_and_the_loop_go
         fine = worker.submit(batch("y"), lambda e: "fine")
         assert await asyncio.wrap_future(fine) == "fine"
         assert isinstance(broken.exception(0), ValueError)
-    finally:
-        worker.stop()
 
 
 async def test_a_held_batch_cancelled_before_the_round_ends_never_runs():
     instance = AnyThread()
-    worker = await loaded(instance)
-    try:
+    async with serving(instance) as worker:
         await measured(worker)
         cancelled = worker.submit(batch("cancelled"))
         kept = worker.submit(batch("kept"))
         assert cancelled.cancel() is True
         await asyncio.wrap_future(kept)
         assert worker.busy == 0
-    finally:
-        worker.stop()
     assert [i for i, _ in instance.ran] == ["first", "kept"]
 
 
@@ -338,8 +319,7 @@ async def test_an_interrupt_on_the_loop_still_answers_every_held_batch():
             return super().execute(requests)
 
     instance = Interrupted()
-    worker = await loaded(instance)
-    try:
+    async with serving(instance) as worker:
         await measured(worker)
         interrupted = worker.submit(batch("interrupt"))
         after = worker.submit(batch("after"))
@@ -351,6 +331,4 @@ async def test_an_interrupt_on_the_loop_still_answers_every_held_batch():
             assert "failed: KeyboardInterrupt" in execution.responses[0].error.message
         assert worker.busy == 0
         assert not (await asyncio.wrap_future(worker.submit(batch("later")))).failed
-    finally:
-        worker.stop()
     assert [i for i, _ in instance.ran] == ["first", "interrupt", "later"]
