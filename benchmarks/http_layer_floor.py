@@ -1,22 +1,32 @@
 """The floor of an HTTP layer: CPU per request of a server that answers every
-``POST /v2/models/identity/infer`` with a fixed JSON body and does nothing else, for the two
+``POST /v2/models/identity/infer`` with a fixed JSON body and does nothing else, for the
 layers naiad could serve the infer route on:
 
 - ``asgi``: a bare ASGI application on uvicorn (httptools, uvloop), as naiad's ASGI path;
 - ``protocol``: a bare httptools protocol on uvloop, as naiad's own protocol
-  (``naiad.frontends.http.protocol``).
+  (``naiad.frontends.http.protocol``);
+- ``protocol+worker``: the same protocol, which hands each request's body to a worker
+  process over a Unix socket pair (a 4-byte length, then the bytes) and answers when the
+  worker sends them back. The worker is a blocking Python loop that does nothing else.
+  This is the least any Python server pays whose Python models run in their own processes
+  (naiad's default, and Triton's): one HTTP exchange, one round trip to the worker, and
+  no work in either.
 
 The server is pinned to ``--server-cpus``, wrk to ``--client-cpus``; the CPU time of the
-server process is read from ``/proc/PID/stat`` around each point. Needs wrk and taskset.
+server process and its children is read from ``/proc/PID/stat`` around each point. Needs
+wrk and taskset.
 
     .venv/bin/python benchmarks/http_layer_floor.py --concurrency 1,8 --duration 5
+    .venv/bin/python benchmarks/http_layer_floor.py --layers protocol+worker
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
 import json
 import os
+import socket
 import subprocess
 import sys
 import tempfile
@@ -60,6 +70,7 @@ def serve(layer: str, port: int) -> None:
 
     answer = (b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n"
               b"\r\n%s" % (len(BODY), BODY))
+    worker = _start_worker() if layer == "protocol+worker" else None
 
     class Protocol(asyncio.Protocol):
         def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -74,19 +85,69 @@ def serve(layer: str, port: int) -> None:
             self.body.append(body)
 
         def on_message_complete(self) -> None:
-            self.transport.write(answer)  # type: ignore[attr-defined]
+            if to_worker is None:
+                self.transport.write(answer)  # type: ignore[attr-defined]
+            else:
+                body = b"".join(self.body)
+                waiting.append(self.transport)
+                to_worker.write(len(body).to_bytes(4, "little") + body)
             self.body = []
 
+    # The HTTP transports whose request is with the worker, in the order they were sent.
+    waiting: collections.deque[asyncio.Transport] = collections.deque()
+    to_worker: asyncio.Transport | None = None
+
+    class FromWorker(asyncio.Protocol):
+        def __init__(self) -> None:
+            self.buffer = bytearray()
+
+        def data_received(self, data: bytes) -> None:
+            self.buffer += data
+            while len(self.buffer) >= 4:
+                end = 4 + int.from_bytes(self.buffer[:4], "little")
+                if len(self.buffer) < end:
+                    break
+                del self.buffer[:end]
+                waiting.popleft().write(answer)
+
     async def main() -> None:
-        server = await asyncio.get_running_loop().create_server(Protocol, "127.0.0.1", port)
+        nonlocal to_worker
+        loop = asyncio.get_running_loop()
+        if worker is not None:
+            to_worker, _ = await loop.create_unix_connection(FromWorker, sock=worker)
+        server = await loop.create_server(Protocol, "127.0.0.1", port)
         await server.serve_forever()
 
     uvloop.run(main())
 
 
+def _start_worker() -> socket.socket:
+    """Fork the echo worker; the server's end of the socket pair. Forked before the event
+    loop starts, so the child has no loop or threads to inherit."""
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    if os.fork() == 0:
+        ours.close()
+        buffer = bytearray()
+        while True:
+            data = theirs.recv(65536)
+            if not data:
+                os._exit(0)
+            buffer += data
+            while len(buffer) >= 4:
+                end = 4 + int.from_bytes(buffer[:4], "little")
+                if len(buffer) < end:
+                    break
+                theirs.sendall(bytes(buffer[:end]))
+                del buffer[:end]
+    theirs.close()
+    return ours
+
+
 def cpu_ticks(pid: int) -> int:
+    """User and system ticks of ``pid`` and its children (the worker, for that layer)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return int(fields[11]) + int(fields[12])
+    children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    return int(fields[11]) + int(fields[12]) + sum(cpu_ticks(int(c)) for c in children)
 
 
 def wrk(port: int, conc: int, duration: float, cpus: str, body_file: Path) -> int:
@@ -117,6 +178,9 @@ def main() -> None:
         return
     body_file = Path(tempfile.mkdtemp(prefix="naiad-floor-")) / "request.json"
     body_file.write_text(REQUEST)
+    from protocol_overhead import idle_states  # here: the --serve child needs none of it
+
+    print(f"CPU idle: {idle_states()}.\n")
     print("| layer | concurrency | req/s | µs CPU per request |\n| --- | --- | --- | --- |")
     for layer in args.layers.split(","):
         server = subprocess.Popen(["taskset", "-c", args.server_cpus, sys.executable,

@@ -329,9 +329,10 @@ def main(argv: list[str] | None = None) -> int:
             finally:
                 target.stop()
     if args.json_out:
-        Path(args.json_out).write_text(json.dumps({"rows": rows, "interpreters": pythons},
-                                                  indent=1))
+        Path(args.json_out).write_text(json.dumps({"rows": rows, "interpreters": pythons,
+                                                   "cpu_idle": po.idle_states()}, indent=1))
     print(table(rows))
+    print(f"\nCPU idle: {po.idle_states()}.")
     print("\nThe Python each target's processes run (libpython, or the executable):")
     for name, found in pythons.items():
         print(f"- {name}: " + "; ".join(f"{who} {', '.join(paths)}"

@@ -617,6 +617,33 @@ def versions(args: argparse.Namespace) -> str:
             f"; {tool(['wrk', '--version'])}; {tool(['h2load', '--version'])}")
 
 
+def idle_states() -> str:
+    """How this machine's CPUs idle, in words: the cpuidle driver and governor, and, for a
+    KVM guest's ``haltpoll`` driver, how long an idle vCPU polls before it halts.
+
+    Why: a figure at low concurrency depends on it more than on most code changes. With
+    ``haltpoll.guest_halt_poll_ns=0`` every idle gap halts the vCPU, and each request then
+    pays a wake-up through the hypervisor; the 2-core VM of issue 26 is set so, and the
+    kernel's default (200 µs of polling) gave every server there 1.3-2.3x the throughput
+    at c=1 (``benchmarks/results/issue26-session12-2026-11-29.md``)."""
+    cpuidle = Path("/sys/devices/system/cpu/cpuidle")
+    try:
+        driver = (cpuidle / "current_driver").read_text().strip()
+    except OSError:
+        return "CPU idle states unknown (no /sys/devices/system/cpu/cpuidle)"
+    governor = "?"
+    for name in ("current_governor", "current_governor_ro"):
+        with contextlib.suppress(OSError):
+            governor = (cpuidle / name).read_text().strip()
+            break
+    words = f"cpuidle driver {driver}, governor {governor}"
+    with contextlib.suppress(OSError, ValueError):
+        poll_ns = int(Path("/sys/module/haltpoll/parameters/guest_halt_poll_ns").read_text())
+        words += (f"; guest halt polling {poll_ns} ns"
+                  + (" (every idle halts the vCPU)" if poll_ns == 0 else ""))
+    return words
+
+
 # ------------------------------------------------------------------ main
 def csv(kind: type = str):
     def parse(value: str) -> list[Any]:
@@ -700,7 +727,7 @@ def main(argv: list[str] | None = None) -> int:
               f"{os.cpu_count()} CPUs, {platform.platform()}; servers on CPU(s) "
               f"'{args.server_cpus}', load on '{args.client_cpus}'; {args.rounds} round(s) of "
               f"{args.duration:g} s points, HTTP body {args.http_encoding}.\n"
-              f"Versions: {versions(args)}\n")
+              f"Versions: {versions(args)}\nCPU idle: {idle_states()}.\n")
     table = markdown_table(summary, args.rounds)
     print()
     print(header)
