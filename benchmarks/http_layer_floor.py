@@ -10,14 +10,18 @@ layers naiad could serve the infer route on:
   worker sends them back. The worker is a blocking Python loop that does nothing else.
   This is the least any Python server pays whose Python models run in their own processes
   (naiad's default, and Triton's): one HTTP exchange, one round trip to the worker, and
-  no work in either.
+  no work in either;
+- ``protocol+worker+v2``: the same, doing the work no V2 server can skip. The server
+  decodes the JSON body (orjson), makes the FP32 input a numpy array and sends its bytes;
+  the worker makes an array over them and sends its bytes back; the server encodes the
+  V2 JSON response from them. No validation, statistics, scheduling or model API.
 
 The server is pinned to ``--server-cpus``, wrk to ``--client-cpus``; the CPU time of the
 server process and its children is read from ``/proc/PID/stat`` around each point. Needs
 wrk and taskset.
 
     .venv/bin/python benchmarks/http_layer_floor.py --concurrency 1,8 --duration 5
-    .venv/bin/python benchmarks/http_layer_floor.py --layers protocol+worker
+    .venv/bin/python benchmarks/http_layer_floor.py --layers protocol+worker,protocol+worker+v2
 """
 
 from __future__ import annotations
@@ -33,6 +37,8 @@ import tempfile
 import time
 import urllib.request
 from pathlib import Path
+
+import numpy as np
 
 HERE = Path(__file__).resolve().parent
 CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -67,10 +73,12 @@ def serve(layer: str, port: int) -> None:
         return
 
     import httptools
+    import orjson
 
     answer = (b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n"
               b"\r\n%s" % (len(BODY), BODY))
-    worker = _start_worker() if layer == "protocol+worker" else None
+    v2 = layer == "protocol+worker+v2"
+    worker = _start_worker(v2) if layer.startswith("protocol+worker") else None
 
     class Protocol(asyncio.Protocol):
         def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -88,13 +96,20 @@ def serve(layer: str, port: int) -> None:
             if to_worker is None:
                 self.transport.write(answer)  # type: ignore[attr-defined]
             else:
-                body = b"".join(self.body)
-                waiting.append(self.transport)
-                to_worker.write(len(body).to_bytes(4, "little") + body)
+                payload = b"".join(self.body)
+                shape = None
+                if v2:
+                    item = orjson.loads(payload)["inputs"][0]
+                    shape = item["shape"]
+                    payload = np.asarray(item["data"], dtype=np.float32).tobytes()
+                waiting.append((self.transport, shape))
+                to_worker.write(len(payload).to_bytes(4, "little") + payload)
             self.body = []
 
-    # The HTTP transports whose request is with the worker, in the order they were sent.
-    waiting: collections.deque[asyncio.Transport] = collections.deque()
+    # The HTTP transports whose request is with the worker, in the order they were sent,
+    # each with its input's shape (v2) or None.
+    waiting: collections.deque[tuple[asyncio.Transport, list[int] | None]] = \
+        collections.deque()
     to_worker: asyncio.Transport | None = None
 
     class FromWorker(asyncio.Protocol):
@@ -107,8 +122,18 @@ def serve(layer: str, port: int) -> None:
                 end = 4 + int.from_bytes(self.buffer[:4], "little")
                 if len(self.buffer) < end:
                     break
+                frame = bytes(self.buffer[4:end])
                 del self.buffer[:end]
-                waiting.popleft().write(answer)
+                transport, shape = waiting.popleft()
+                if shape is None:
+                    transport.write(answer)
+                    continue
+                body = orjson.dumps({"model_name": "identity", "model_version": "1",
+                                     "outputs": [{"name": "OUTPUT0", "datatype": "FP32",
+                                                  "shape": shape, "data": np.frombuffer(
+                                                      frame, dtype=np.float32).tolist()}]})
+                transport.write(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
+                                b"content-length: %d\r\n\r\n%s" % (len(body), body))
 
     async def main() -> None:
         nonlocal to_worker
@@ -121,9 +146,10 @@ def serve(layer: str, port: int) -> None:
     uvloop.run(main())
 
 
-def _start_worker() -> socket.socket:
+def _start_worker(arrays: bool) -> socket.socket:
     """Fork the echo worker; the server's end of the socket pair. Forked before the event
-    loop starts, so the child has no loop or threads to inherit."""
+    loop starts, so the child has no loop or threads to inherit. ``arrays``: it answers
+    the bytes of a numpy FP32 array made over each frame (the v2 layer's model)."""
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
     if os.fork() == 0:
         ours.close()
@@ -137,7 +163,11 @@ def _start_worker() -> socket.socket:
                 end = 4 + int.from_bytes(buffer[:4], "little")
                 if len(buffer) < end:
                     break
-                theirs.sendall(bytes(buffer[:end]))
+                if arrays:
+                    output = np.frombuffer(bytes(buffer[4:end]), dtype=np.float32).tobytes()
+                    theirs.sendall(len(output).to_bytes(4, "little") + output)
+                else:
+                    theirs.sendall(bytes(buffer[:end]))
                 del buffer[:end]
     theirs.close()
     return ours
