@@ -38,8 +38,6 @@ import time
 import urllib.request
 from pathlib import Path
 
-import numpy as np
-
 HERE = Path(__file__).resolve().parent
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 BODY = b'{"model_name":"identity","model_version":"1","outputs":[]}'
@@ -73,6 +71,7 @@ def serve(layer: str, port: int) -> None:
         return
 
     import httptools
+    import numpy as np
     import orjson
 
     answer = (b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n"
@@ -150,6 +149,8 @@ def _start_worker(arrays: bool) -> socket.socket:
     """Fork the echo worker; the server's end of the socket pair. Forked before the event
     loop starts, so the child has no loop or threads to inherit. ``arrays``: it answers
     the bytes of a numpy FP32 array made over each frame (the v2 layer's model)."""
+    import numpy as np
+
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
     if os.fork() == 0:
         ours.close()

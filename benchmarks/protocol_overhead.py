@@ -624,8 +624,8 @@ def idle_states() -> str:
     Why: a figure at low concurrency depends on it more than on most code changes. With
     ``haltpoll.guest_halt_poll_ns=0`` every idle gap halts the vCPU, and each request then
     pays a wake-up through the hypervisor; the 2-core VM of issue 26 is set so, and the
-    kernel's default (200 µs of polling) gave every server there 1.3-2.3x the throughput
-    at c=1 (``benchmarks/results/issue26-session12-2026-11-29.md``)."""
+    kernel's default (200 µs of polling) gave naiad and Triton there 1.2-1.9x the
+    throughput at c=1 (``benchmarks/results/issue26-session12-2026-11-29.md``)."""
     cpuidle = Path("/sys/devices/system/cpu/cpuidle")
     try:
         driver = (cpuidle / "current_driver").read_text().strip()
