@@ -328,11 +328,12 @@ def main(argv: list[str] | None = None) -> int:
                         print(json.dumps(row), file=sys.stderr)
             finally:
                 target.stop()
+    cpu_idle = po.idle_states()
     if args.json_out:
         Path(args.json_out).write_text(json.dumps({"rows": rows, "interpreters": pythons,
-                                                   "cpu_idle": po.idle_states()}, indent=1))
+                                                   "cpu_idle": cpu_idle}, indent=1))
     print(table(rows))
-    print(f"\nCPU idle: {po.idle_states()}.")
+    print(f"\nCPU idle: {cpu_idle}.")
     print("\nThe Python each target's processes run (libpython, or the executable):")
     for name, found in pythons.items():
         print(f"- {name}: " + "; ".join(f"{who} {', '.join(paths)}"
