@@ -11,6 +11,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
+from naiad_backend_python.stub import naiad_stub_headers as headers
 from naiad_backend_python.stub import naiad_stub_wire as wire
 
 
@@ -266,11 +267,11 @@ def test_a_broken_binary_header_is_a_value_error():
 
 
 def test_read_result_is_the_plain_result_without_the_dict():
-    """What the server reads a plain result with (``read_result``, no dict) holds what
-    decode_header's dict does; every other header is not a plain result."""
+    """What decode_header reads a plain result's descriptors with (``read_result``) holds
+    what its dict does; every other header is not a plain result."""
     data = bytearray(wire.encode_header(PLAIN_RESULT))
     assert wire.is_plain_result(data)
-    batch, outputs = wire.read_result(data)
+    batch, outputs = headers.read_result(data)
     assert batch == PLAIN_RESULT["id"]
     assert outputs == [r["outputs"] for r in PLAIN_RESULT["responses"]]
     for other in (PLAIN_EXECUTE, {"op": "result", "id": 1, "failure": ["INTERNAL", "x"]},
@@ -278,7 +279,7 @@ def test_read_result_is_the_plain_result_without_the_dict():
         assert not wire.is_plain_result(wire.encode_header(other))
     assert not wire.is_plain_result(b"")
     with pytest.raises(ValueError, match="broken message header"):
-        wire.read_result(data[:-3])
+        headers.read_result(data[:-3])
 
 
 def test_a_binary_header_crosses_the_socket_with_its_payload(pair):

@@ -17,6 +17,7 @@ import asyncio
 import collections
 import logging
 import os
+import struct
 import threading
 import time
 import weakref
@@ -30,6 +31,7 @@ from naiad_backend_python.isolated.execute_header import RequestEntry, execute_h
 from naiad_backend_python.isolated.regions import RegionPolicy, free_space
 from naiad_backend_python.isolated.transport import LoopTransport
 from naiad_backend_python.responses import model_response, status_named
+from naiad_backend_python.stub import naiad_stub_plain as plain
 from naiad_backend_python.stub import naiad_stub_wire as wire
 
 log = logging.getLogger("naiad.backend.python")
@@ -105,6 +107,7 @@ class WorkerChannel:
         # How batches are sent once reading started: the blocking connection's send (with a
         # reader thread) or the loop transport's (never blocks).
         self._send_frame: Callable[..., None] | None = None
+        self._send_whole: Callable[[list[Any]], None] | None = None  # a frame made whole
         # The worker's calls to the server (BLS...), once reading started.
         self.calls: ServerCalls | None = None
         # Requests of a decoupled model whose stream is open: (batch id, index) -> request.
@@ -168,6 +171,7 @@ class WorkerChannel:
         this channel's own when there is no loop (a backend used outside a server)."""
         if loop is None:
             self._send_frame = self.connection.send
+            self._send_whole = self.connection.send_frame
             self._reader = threading.Thread(target=self._read, daemon=True,
                                             name=f"naiad-read-{self.instance_name}")
             self._reader.start()
@@ -177,6 +181,7 @@ class WorkerChannel:
                                   buffered, fds, self._fault, self._plain_result)
         self._transport = transport
         self._send_frame = transport.send
+        self._send_whole = transport.send_frame
         transport.start()
 
     @property
@@ -219,37 +224,31 @@ class WorkerChannel:
         self._dispatch(batch, wants_region)
 
     def _submit_one(self, request: InferenceRequest, done: Done) -> bool:
-        """Send the usual batch in one pass: one request, with no parameters, trace or
-        stream, whose tensors travel in the message. False (nothing sent) for any other
-        request, which :meth:`submit`'s general way takes. The same message as the general
-        way's (``test_backend_python_channel.py``), for about half the work: this runs for
-        nearly every request (issue 26)."""
+        """Send the usual batch in one pass (``naiad_stub_plain.execute_frame``): one
+        request, with no parameters, trace or stream, whose tensors travel in the message.
+        False (nothing sent) for any other request, which :meth:`submit`'s general way
+        takes. The same message as the general way's (``test_backend_python_channel.py``),
+        for a third of the work: this runs for nearly every request (issue 26)."""
         if request.sender is not None or request.parameters or request.trace is not None:
             return False
-        inputs: list[wire.Descriptor] = []
-        buffers = []
-        offset = aligned = 0
-        for tensor in request.inputs.values():
-            data = wire.tensor_buffer(tensor.datatype, tensor.data)
-            size = len(data)
-            inputs.append([tensor.name, tensor.datatype, tensor.data.shape, "p", offset, size])
-            buffers.append(data)
-            offset += size
-            aligned += wire.align(size)
+        requested = request.requested_outputs
+        try:
+            frame, aligned = plain.execute_frame(
+                request.id, None if requested is None else [o.name for o in requested],
+                [(tensor.name, tensor.datatype, tensor.data)
+                 for tensor in request.inputs.values()])
+        except (KeyError, struct.error):
+            return False  # a field beyond the binary layout: JSON carries it
         if aligned >= self.regions.inline_max and not self._region_failed:
             return False  # the region's batch: the general way
-        requested = request.requested_outputs
-        entries: list[RequestEntry] = [
-            (request.id, None if requested is None else [o.name for o in requested], inputs)]
         with self._lock:
             batch_id = -1 if self._gone else self._number(done, None)
         if batch_id < 0:
             done(WorkerDied("the worker process has ended"))
             return True
-        assert self._send_frame is not None, "submit before start_reading"
+        assert self._send_whole is not None, "submit before start_reading"
         try:
-            self._send_frame(execute_header(batch_id, None, (request,), entries, True, None,
-                                            self.traces), buffers, ())
+            self._send_whole(plain.numbered(frame, batch_id))
             if request.cancellation is not None:  # every gRPC request has one
                 self._watch_cancellations((request,), batch_id)
         except (wire.PeerGone, OSError):
@@ -568,27 +567,21 @@ class WorkerChannel:
         if pending is not None:
             pending.done(result)
 
-    def _plain_result(self, batch_id: int, outputs: list[list[wire.Descriptor]],
-                      payload: memoryview) -> None:
-        """A batch's result in its plain form (``naiad_stub_headers.read_result``: every
-        response has outputs, none has parameters or an error, no failure, the region
-        kept): what :meth:`_finished` does for it, without the dict. Nearly every batch
-        ends here (issue 26)."""
+    def _plain_result(self, batch_id: int, outputs: list[list[plain.Named]], taken: int
+                      ) -> None:
+        """A batch's result in its plain form (``naiad_stub_plain.read_result``: every
+        response has outputs, all of them in the message, none has parameters or an error,
+        no failure, the region kept), its outputs read as arrays already: what
+        :meth:`_finished` does for it, without the dict. Nearly every batch ends here
+        (issue 26)."""
         pending = self._in_flight(batch_id, False)
         if pending is None:
             return
-        region = pending.region
-        result: Any = []
-        output_bytes = 0
-        try:
-            for descriptors in outputs:
-                tensors, size = self._outputs(descriptors, payload, region)
-                result.append(model_response(tensors, None, None))
-                output_bytes += size
-        except Exception as exc:  # a reply this side cannot read: the batch fails
-            result = self._unreadable(exc)
-        if region is not None:
-            self._output_hint = output_bytes
+        result = [model_response([Tensor(name, datatype, array.shape, array)
+                                  for name, datatype, array in tensors], None, None)
+                  for tensors in outputs]
+        if pending.region is not None:  # a region batch whose outputs did not fit in it
+            self._output_hint = taken
             self._release_region()
         pending.done(result)
 

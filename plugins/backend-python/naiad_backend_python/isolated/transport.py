@@ -25,6 +25,7 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from naiad_backend_python.stub import naiad_stub_plain as plain
 from naiad_backend_python.stub import naiad_stub_wire as wire
 
 log = logging.getLogger("naiad.backend.python")
@@ -37,15 +38,16 @@ CLOSE_WAIT_S = 5.0
 HELD_PARTS_MAX = 512
 
 OnFrame = Callable[[dict, memoryview, list[int]], object]
-# (batch id, per response its outputs' descriptors, payload): a plain result, undecoded
-OnResult = Callable[[int, list[list[Any]], memoryview], object]
+# naiad_stub_plain.read_result's (batch id, per response its outputs, bytes they take)
+OnResult = Callable[[int, list[list[Any]], int], object]
 
 
 class LoopTransport:
     """Frames in and out of ``sock`` on ``loop``. ``on_frame(header, payload, fds)`` and
     ``on_end()`` are called on the loop; ``on_end`` once, when the stream ends. With
-    ``on_result``, a plain result (``naiad_stub_headers.read_result``, the one message every
-    batch answers with) goes to it without being made a dict first. Bytes that
+    ``on_result``, a plain result whose outputs travel in the message (the one message
+    nearly every batch answers with) goes to it read in one pass, without a dict
+    (``naiad_stub_plain.read_result``). Bytes that
     are not a frame (:class:`naiad_stub_wire.ProtocolError`) end the stream after
     ``on_fault(reason)``: nothing after them can be read."""
 
@@ -90,7 +92,10 @@ class LoopTransport:
              fds: Sequence[int] = ()) -> None:
         """Send one frame from any thread, without blocking. Raises
         :class:`naiad_stub_wire.PeerGone` when the stream has ended."""
-        parts = wire.frame_parts(header, buffers, fds)
+        self.send_frame(wire.frame_parts(header, buffers, fds), fds)
+
+    def send_frame(self, parts: list[Any], fds: Sequence[int] = ()) -> None:
+        """:meth:`send` of a frame made whole already (``naiad_stub_plain``)."""
         with self._lock:
             if self._ended:
                 raise wire.PeerGone("the worker's socket is closed")
@@ -197,25 +202,25 @@ class LoopTransport:
                 if len(data) < end:
                     break
                 head = data[position + prefix:position + prefix + head_size]
+                payload = data[end - payload_size:end] if payload_size else bytearray()
+                result = None
                 if on_result is not None and wire.is_plain_result(head):
-                    header = None
-                    batch, outputs = wire.read_result(head)
-                    count = 0  # a result brings no descriptors
-                else:
+                    result = plain.read_result(head, payload)  # None: outputs in the region
+                count = 0  # a result brings no descriptors
+                if result is None:
                     header = wire.decode_header(head)
                     count = wire.check_header(header, len(self._fds))
             except ValueError as exc:  # not a frame: nothing after it can be read
                 self._fault(str(exc))
                 return
-            payload = data[end - payload_size:end] if payload_size else bytearray()
             position = end
             if count:
                 fds, self._fds = self._fds[:count], self._fds[count:]
             else:  # most frames: none
                 fds = []
             try:
-                if header is None:
-                    on_result(batch, outputs, memoryview(payload))  # type: ignore[misc]
+                if result is not None:
+                    on_result(*result)  # type: ignore[misc]
                 else:
                     self.on_frame(header, memoryview(payload), fds)
             except Exception:  # the frame is consumed whatever its handler did

@@ -137,7 +137,7 @@ def _read_text(data: Any, position: int) -> Tuple[str, int]:
 
 def is_plain_result(data: Any) -> bool:
     """Whether a frame's header is a plain ``result`` in the binary layout (its first
-    byte): :func:`read_result` reads it without a dict."""
+    byte): ``naiad_stub_plain.read_result`` reads one without a dict."""
     return len(data) > 0 and data[0] == _RESULT
 
 

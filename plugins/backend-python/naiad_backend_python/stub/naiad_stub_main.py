@@ -40,6 +40,7 @@ import queue
 import select
 import signal
 import socket
+import struct
 import sys
 import threading
 import time
@@ -47,6 +48,7 @@ import weakref
 from typing import Any, Dict, List, Optional, Set, Tuple
 
 import naiad_stub_calls as calls
+import naiad_stub_plain as plain
 import naiad_stub_runner as runner
 import naiad_stub_shared_memory as shared_memory
 import naiad_stub_wire as wire
@@ -100,10 +102,21 @@ class _Request:
     __slots__ = ("cancellation", "id", "inputs", "key", "parameters", "requested_outputs",
                  "trace")
 
-    def __init__(self, message: dict[str, Any], region: wire.Region | None,
+    def __init__(self, message: Any, region: wire.Region | None,
                  payload: memoryview, key: Tuple[int, int], cancellation: _Cancelled) -> None:
+        """``message``: the request's entry in the ``execute`` header, or, for a plain one,
+        what ``naiad_stub_plain.read_execute`` read (its inputs as arrays already)."""
         self.key = key  # (batch id, index in the batch): how the server names it
         self.cancellation = cancellation
+        if type(message) is tuple:
+            self.id, outputs, named = message
+            self.parameters = {}
+            self.trace = None
+            self.requested_outputs = (None if outputs is None else
+                                      [_Requested(name) for name in outputs])
+            self.inputs = {name: _Input(name, datatype, array)
+                           for name, datatype, array in named.values()}
+            return
         self.id = message.get("id", "")
         self.parameters = message.get("parameters") or {}
         # the id of the server's trace of this request (None: not traced), for BLS calls
@@ -214,12 +227,22 @@ class Worker:
             # while this thread waited for the lock is seen here, not lost behind receive.
             if not self._jobs.empty():
                 return self._jobs.get_nowait()
+            connection = self.connection
             try:
-                return self._take(*self.connection.receive())
+                head, payload = connection.receive_raw()
+                try:
+                    job = plain.read_execute(head, payload)
+                except ValueError as exc:
+                    raise wire.ProtocolError(str(exc)) from None
+                if job is not None:  # the usual batch (naiad_stub_plain)
+                    batch, requests = job
+                    return ({"op": "execute", "id": batch, "requests": requests, "out": None},
+                            payload, self.region)
+                return self._take(*connection.decode(head), payload)
             except (wire.PeerGone, wire.ProtocolError):
                 return _STOP  # the server went away (or closed after finalize)
 
-    def _take(self, header: Dict[str, Any], payload: memoryview, fds: List[int]) -> Any:
+    def _take(self, header: Dict[str, Any], fds: List[int], payload: memoryview) -> Any:
         """One message off the socket: answers and cancellations are handled here and now
         (None), anything else is a job for the model's thread."""
         op = header.get("op")
@@ -280,14 +303,18 @@ class Worker:
             if self._busy and (wanted or self._job_number == seen):
                 self._read_for_the_model()
                 idle_since = time.monotonic()
-            elif self._busy:
+            elif self._busy or self._job_number != seen:  # jobs come: keep looking
                 idle_since = time.monotonic()
             elif time.monotonic() - idle_since >= HELPER_SLEEP_AFTER_S:
+                # Asleep until the next job starts, not until the model is busy: a short
+                # job is often over before this thread runs, and waiting for the next one
+                # then had every job notify it (issue 26).
                 with self._busy_lock:
                     self._helper_asleep = True
-                    while not self._busy and not self._stopped:
+                    while self._job_number == seen and not self._stopped:
                         self._busy_changed.wait()
                     self._helper_asleep = False
+                idle_since = time.monotonic()
 
     def _read_for_the_model(self) -> None:
         """Read while the model's thread is busy; queue the jobs that come."""
@@ -302,7 +329,8 @@ class Worker:
                             os.read(self._wake_r, 4096)
                             continue  # the job may be over: look again
                     try:
-                        job = self._take(*self.connection.receive())
+                        header, payload, fds = self.connection.receive()
+                        job = self._take(header, fds, payload)
                     except (wire.PeerGone, OSError, ValueError):
                         self._jobs.put(_STOP)
                         self._stopped = True
@@ -416,17 +444,11 @@ class Worker:
                  region: Optional[wire.Region]) -> None:
         kept: List[Any] = []
         reply, buffers = self._run_batch(header, payload, region, kept)
-        # Every reference this worker held to the batch's inputs is gone with _run_batch's
-        # frame; one still alive is the model's (a buffer of an output that did not fit in
-        # the region may count too: that only costs a new region).
-        if region is not None and any(ref() is not None for ref in kept):
-            # The model kept an input (or a view of one) past execute: the next batch must
-            # not overwrite it. The region is retired; the kept views keep its pages mapped
-            # here, and the server makes a new region for the next batch.
-            if self.region is region:
-                self.region = None
-            reply["retire_region"] = True
-        self.connection.send(reply, buffers)
+        if reply is None:  # the plain result, framed already (naiad_stub_plain)
+            self.connection.send_frame(buffers)
+            reply = {}
+        else:
+            self._send_reply(reply, buffers, region, kept)
         model = self.model
         if model is not None and model._late:  # responses sent after execute returned
             if "failure" in reply:  # the batch failed after all (its outputs): none comes
@@ -441,11 +463,26 @@ class Worker:
                 model is None or not model.decoupled or "failure" in reply):
             self._forget((batch, index) for index in range(len(header["requests"])))
 
+    def _send_reply(self, reply: Dict[str, Any], buffers: List[Any],
+                    region: Optional[wire.Region], kept: List[Any]) -> None:
+        # Every reference this worker held to the batch's inputs is gone with _run_batch's
+        # frame; one still alive is the model's (a buffer of an output that did not fit in
+        # the region may count too: that only costs a new region).
+        if region is not None and any(ref() is not None for ref in kept):
+            # The model kept an input (or a view of one) past execute: the next batch must
+            # not overwrite it. The region is retired; the kept views keep its pages mapped
+            # here, and the server makes a new region for the next batch.
+            if self.region is region:
+                self.region = None
+            reply["retire_region"] = True
+        self.connection.send(reply, buffers)
+
     def _run_batch(self, header: Dict[str, Any], payload: memoryview,
                    region: Optional[wire.Region], kept: List[Any]
-                   ) -> Tuple[Dict[str, Any], List[memoryview]]:
-        """Run one batch; the reply and its payload buffers. Adds a weak reference to each
-        input array that lives in ``region`` to ``kept``."""
+                   ) -> Tuple[Optional[Dict[str, Any]], List[Any]]:
+        """Run one batch; the reply and its payload buffers, or, for a plain result whose
+        outputs travel in the message, None and the whole frame. Adds a weak reference to
+        each input array that lives in ``region`` to ``kept``."""
         batch = header["id"]
         reply: Dict[str, Any] = {"op": "result", "id": batch}
         try:
@@ -468,6 +505,13 @@ class Worker:
                 results = self.model.execute(requests)
             finally:
                 memory._running(0)
+            if out is None or region is None:
+                try:
+                    frame = plain.result_frame(batch, results, runner.DEFERRED)
+                except (KeyError, struct.error):  # a field out of the layout's range
+                    frame = None
+                if frame is not None:
+                    return None, frame
             packer = wire.Packer(region if out is not None else None, out or 0)
             deferred = runner.DEFERRED
             # None: a response the model sends after execute returned (a "response" message)

@@ -18,7 +18,8 @@ messages every request makes in its plain form, which have a fixed binary layout
 (:func:`encode_header`; the first byte tells them apart from ``{``): ``execute`` when no
 request carries parameters or a trace and no region comes with it, and ``result`` when
 no response carries parameters or an error. Either way the receiver gets the same dict.
-The server packs a plain ``execute`` without building the dict (``pack_execute``).
+The usual batch and answer, whose tensors travel in the payload, are made and read in one
+pass each without the dict (``naiad_stub_plain``).
 No pickle: either end may be any Python.
 
 Tensors travel as descriptors ``[name, datatype, shape, place, offset, nbytes]``:
@@ -45,14 +46,13 @@ from typing import Any, List, Tuple
 
 import numpy as np
 
-# pack_execute, is_plain_result and read_result are for the server, which packs its plain
-# batches and reads their plain results with them through this module
+# pack_execute and is_plain_result are for the server, which packs its plain batches and
+# tells their plain results with them through this module
 from naiad_stub_headers import (  # noqa: F401
     decode_header,
     encode_header,
     is_plain_result,
     pack_execute,
-    read_result,
 )
 
 PROTOCOL_VERSION = 3
@@ -415,7 +415,10 @@ class Connection:
 
     def send(self, header: dict, buffers: Sequence[memoryview] = (),
              fds: Sequence[int] = ()) -> None:
-        parts = frame_parts(header, buffers, fds)
+        self.send_frame(frame_parts(header, buffers, fds), fds)
+
+    def send_frame(self, parts: List[Any], fds: Sequence[int] = ()) -> None:
+        """Send a frame made whole already (``frame_parts``, ``naiad_stub_plain``)."""
         ancillary = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, fd_array(fds))] if fds else []
         total = sum(map(len, parts))
         with self._send_lock:
@@ -453,19 +456,41 @@ class Connection:
         are handed on as views. Descriptors arrive with the first byte of their message,
         which one read may take together with the end of the message before: they queue
         here, and a message takes as many as its header's ``fds`` says."""
+        head, payload = self.receive_raw()
+        header, fds = self.decode(head)
+        return header, payload, fds
+
+    def receive_raw(self) -> tuple[bytearray, memoryview]:
+        """The next message's header, undecoded, and its payload; the descriptors that
+        came stay queued for :meth:`decode`. Raises :class:`PeerGone` at the end of the
+        stream."""
         fds = self._fds
         self._fill(_PREFIX.size, fds)
-        head_size, payload_size = unpack_prefix(self._buffer, self._start)
-        self._start += _PREFIX.size
+        start = self._start
+        head_size, payload_size = unpack_prefix(self._buffer, start)
+        start += _PREFIX.size
+        end = start + head_size + payload_size
+        if end <= self._end:  # the whole frame is buffered (most are: one read took it)
+            view = self._view
+            self._start = end
+            return (bytearray(view[start:start + head_size]),
+                    memoryview(bytearray(view[start + head_size:end])))
+        self._start = start
+        head = self._take(head_size, fds)
+        payload = self._take(payload_size, fds) if payload_size else bytearray()
+        return head, memoryview(payload)
+
+    def decode(self, head: Any) -> tuple[dict, list[int]]:
+        """A header :meth:`receive_raw` read, and the descriptors its message took."""
         try:
-            header = decode_header(self._take(head_size, fds))
+            header = decode_header(head)
         except ValueError as exc:
             raise ProtocolError(str(exc)) from None
-        payload = self._take(payload_size, fds) if payload_size else bytearray()
+        fds = self._fds
         count = check_header(header, len(fds))
         mine = fds[:count]
         del fds[:count]
-        return header, memoryview(payload), mine
+        return header, mine
 
     def _take(self, size: int, fds: list[int]) -> bytearray:
         """The next ``size`` bytes of the stream, in a bytearray of their own."""
