@@ -62,7 +62,7 @@ def from_list(model: str, name: str, datatype: str, shape: tuple[int, ...], valu
                     raise TypeError(f"element {i} is {type(item).__name__}, not a string")
                 data[i] = item
         else:
-            data = _numbers(flat, datatype)
+            data = numbers(flat, datatype)
     except (TypeError, ValueError, OverflowError) as exc:
         raise invalid_arg(f"{what}: data does not fit datatype {datatype}: {exc}") from None
     return Tensor(name, datatype, shape, data.reshape(shape))
@@ -79,7 +79,7 @@ _EXPECTED = {"b": "true or false", "i": "numbers (integers)", "u": "numbers (int
 _LARGEST = {name: float(np.finfo(NUMPY_DTYPES[name]).max) for name in ("FP16", "FP32")}
 
 
-def _numbers(flat: list, datatype: str) -> np.ndarray:
+def numbers(flat: list, datatype: str) -> np.ndarray:
     """A numeric array from a flat list, refusing values the datatype cannot hold."""
     dtype = NUMPY_DTYPES[datatype]
     assert dtype is not None
