@@ -25,6 +25,11 @@ phase the request is in, which the first call of these functions starts:
 
     .venv/bin/python benchmarks/opcodes.py --protocols http,grpc --requests 512
 
+``--workers``: the Python workers' main threads are counted too, by function (a worker has
+no phases: it runs one request at a time). A ``sitecustomize.py`` on the workers'
+``PYTHONPATH``, which they inherit from the engine, installs the same counter in every
+worker, switched by the same signals.
+
 Needs h2load. The counts are exact for a given code path (two runs of the same code differed
 by at most one opcode per request), so two checkouts compare by running this in each.
 """
@@ -103,13 +108,72 @@ def serve_traced(naiad_argv: list[str]) -> None:
     runpy.run_module("naiad", run_name="__main__")
 
 
+# The worker's counter: what serve_traced installs in the engine, by function only. Only
+# a process started as a Python worker (``python -c BOOTSTRAP STUB_DIR ...``) installs it.
+WORKER_SITE = """
+import os, sys
+if sys.argv[:1] == ["-c"] and len(sys.argv) > 1 and sys.argv[1].endswith("stub"):
+    import collections, json, signal
+    _counts = collections.Counter()
+
+    def _count(frame, event, arg):
+        if event == "opcode":
+            code = frame.f_code
+            _counts[f"{code.co_filename}:{code.co_firstlineno}:{code.co_name}"] += 1
+        return _count
+
+    def _enter(frame, event, arg):
+        frame.f_trace_opcodes = True
+        return _count
+
+    def _start(*_):
+        _counts.clear()
+        sys.settrace(_enter)
+
+    def _stop(*_):
+        sys.settrace(None)
+        out = os.environ["NAIAD_OPCODES_WORKER_OUT"] + f".{os.getpid()}"
+        with open(out + ".partial", "w") as f:
+            json.dump(dict(_counts), f)
+        os.replace(out + ".partial", out)
+
+    signal.signal(signal.SIGUSR1, _start)
+    signal.signal(signal.SIGUSR2, _stop)
+"""
+
+
+def worker_pids(engine: int) -> list[int]:
+    """The Python workers the engine started (its children running the stub)."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            cmdline = (entry / "cmdline").read_bytes()
+        except (OSError, IndexError, ValueError):
+            continue  # it ended meanwhile
+        if ppid == engine and b"naiad_stub_main" in cmdline:
+            pids.append(int(entry.name))
+    return pids
+
+
 def measure(protocol: str, requests: int, work: Path, repo: Path, payload_dir: Path,
-            naiad_args: list[str]) -> dict[str, Any]:
-    """The counts over ``requests`` requests of ``protocol``, from a fresh engine."""
+            naiad_args: list[str], workers: bool = False) -> dict[str, Any]:
+    """The counts over ``requests`` requests of ``protocol``, from a fresh engine (and its
+    workers' counts, by function, under ``"workers"``, with ``workers``)."""
     target = instructions.Target("naiad")
     target.ports = {k: po.free_port() for k in ("http", "grpc", "metrics")}
     out = work / f"opcodes-{protocol}.json"
     env = dict(target.env(), NAIAD_OPCODES_OUT=str(out))
+    worker_out = work / f"opcodes-{protocol}-worker"
+    if workers:
+        site = work / "worker-site"
+        site.mkdir(exist_ok=True)
+        (site / "sitecustomize.py").write_text(WORKER_SITE)
+        env["PYTHONPATH"] = os.pathsep.join(
+            [str(site), *filter(None, [env.get("PYTHONPATH")])])
+        env["NAIAD_OPCODES_WORKER_OUT"] = str(worker_out)
     cmd = [sys.executable, __file__, SERVE_TRACED, "serve", "--model-repository", str(repo),
            "--http-port", str(target.ports["http"]), "--grpc-port", str(target.ports["grpc"]),
            "--metrics-port", str(target.ports["metrics"]), "--http-address", "127.0.0.1",
@@ -124,16 +188,26 @@ def measure(protocol: str, requests: int, work: Path, repo: Path, payload_dir: P
                                    f"{work / f'naiad-{protocol}.log'}")
             time.sleep(0.3)
         instructions.load(target, protocol, WARMUP_REQUESTS, payload_dir)
-        proc.send_signal(signal.SIGUSR1)
+        pids = worker_pids(proc.pid) if workers else []
+        for pid in (proc.pid, *pids):
+            os.kill(pid, signal.SIGUSR1)
         time.sleep(0.5)
         instructions.load(target, protocol, requests, payload_dir)
-        proc.send_signal(signal.SIGUSR2)
+        for pid in (proc.pid, *pids):
+            os.kill(pid, signal.SIGUSR2)
+        outs = [out, *(Path(f"{worker_out}.{pid}") for pid in pids)]
         deadline = time.monotonic() + DUMP_WAIT_S
-        while not out.exists():
+        while not all(path.exists() for path in outs):
             if time.monotonic() > deadline:
-                raise RuntimeError("the traced engine wrote no counts")
+                raise RuntimeError("the traced engine or a worker wrote no counts")
             time.sleep(0.2)
-        return json.loads(out.read_text())
+        counts = json.loads(out.read_text())
+        if workers:
+            summed: collections.Counter[str] = collections.Counter()
+            for path in outs[1:]:
+                summed.update(json.loads(path.read_text()))
+            counts["workers"] = dict(summed)
+        return counts
     finally:
         proc.terminate()
         try:
@@ -164,6 +238,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--top", type=int, default=30, help="functions listed per protocol")
     ap.add_argument("--naiad-arg", action="append", default=[],
                     help="an extra flag for naiad serve")
+    ap.add_argument("--workers", action="store_true",
+                    help="count the Python workers' main threads too, by function")
     ap.add_argument("--json-out")
     args = ap.parse_args(argv)
     results: dict[str, Any] = {}
@@ -172,7 +248,8 @@ def main(argv: list[str] | None = None) -> int:
         repo = po.write_repository(work)
         payload_dir = po.write_payloads(work)
         for protocol in args.protocols:
-            counts = measure(protocol, args.requests, work, repo, payload_dir, args.naiad_arg)
+            counts = measure(protocol, args.requests, work, repo, payload_dir, args.naiad_arg,
+                             args.workers)
             results[protocol] = counts
             n = args.requests
             phases = counts["phases"]
@@ -186,6 +263,14 @@ def main(argv: list[str] | None = None) -> int:
             ranked = sorted(counts["functions"].items(), key=lambda kv: -kv[1])
             for key, value in ranked[:args.top]:
                 print(f"| {short_name(key)} | {value / n:,.1f} |")
+            if "workers" in counts:
+                total = sum(counts["workers"].values())
+                print(f"\n{protocol}: {total / n:,.0f} opcodes per request in the workers' "
+                      f"main threads")
+                print("\n| function | opcodes per request |\n|---|---|")
+                ranked = sorted(counts["workers"].items(), key=lambda kv: -kv[1])
+                for key, value in ranked[:args.top]:
+                    print(f"| {short_name(key)} | {value / n:,.1f} |")
     if args.json_out:
         Path(args.json_out).write_text(json.dumps(results, indent=1))
     return 0
