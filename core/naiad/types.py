@@ -173,17 +173,25 @@ class Cancellation:
             if self.cancelled:
                 return
             self.cancelled = True
+        self._run_callbacks()
+
+    def on_cancel(self, callback: Callable[[], object]) -> None:
+        """Call ``callback()`` when the request is cancelled (at once if it is already).
+
+        Without the lock: this runs twice for nearly every gRPC request, and cancelling
+        is rare. The append is atomic under the GIL; a callback appended before
+        :meth:`cancel` takes the list runs there, one appended after is run here, since
+        ``cancelled`` was set before the list was taken."""
+        self._callbacks.append(callback)
+        if self.cancelled:
+            self._run_callbacks()
+
+    def _run_callbacks(self) -> None:
+        """Run the callbacks not run yet, each once (the list is taken under the lock)."""
+        with self._lock:
             callbacks, self._callbacks = self._callbacks, []
         for callback in callbacks:
             callback()
-
-    def on_cancel(self, callback: Callable[[], object]) -> None:
-        """Call ``callback()`` when the request is cancelled (at once if it is already)."""
-        with self._lock:
-            if not self.cancelled:
-                self._callbacks.append(callback)
-                return
-        callback()
 
 
 class InferenceClient(abc.ABC):
