@@ -383,17 +383,18 @@ def _plain_body(request: InferenceRequest, response: InferenceResponse, version:
                 max_size: int | None) -> bytes | None:
     """The usual answer in one pass: every output a JSON list of numbers or booleans, no
     parameters (the request's, the response's, its outputs' but ``binary_data: false``),
-    within ``max_size``. None
-    for any other, which :func:`encode_response`'s general way writes (and refuses, when
-    it is too large): the same body for less than half the work, on nearly every answer
-    (issue 26, ``tests/core/frontends/http/test_unit_http_codec_plain.py``)."""
+    within ``max_size``. None for any other, which :func:`encode_response`'s general way
+    writes (and refuses, when it is too large): the same body for less than half the work,
+    on nearly every answer (issue 26,
+    ``tests/core/frontends/http/test_unit_http_codec_plain.py``)."""
     if request.parameters or response.parameters:
         return None
     requested = request.requested_outputs
     if requested:
         for output in requested:
             parameters = output.parameters
-            if parameters and (len(parameters) != 1 or parameters.get("binary_data") is not False):
+            if parameters and (len(parameters) != 1
+                               or parameters.get("binary_data") is not False):
                 return None  # anything but asking for JSON outright
     outputs = []
     most = 0  # bytes the data may take at the most

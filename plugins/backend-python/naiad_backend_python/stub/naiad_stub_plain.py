@@ -4,7 +4,7 @@
 ``naiad_stub_wire`` frames messages with its general tools: descriptors, a ``Packer``, a
 header dict on the receiving side. For the usual batch, one whose tensors all travel in the
 message's payload (no shared memory region), those layers cost more Python than the model's
-own call: packing one result took 540 of a worker's 1,960 opcodes per request (issue 26,
+own call: packing one result took 540 of a worker's 2,003 opcodes per request (issue 26,
 ``benchmarks/results/issue26-session13-2026-11-29.md``). The functions here make and read
 the same bytes directly, from and to arrays; anything else (a region, parameters, an error,
 a response sent later) takes the general way, and tests hold the two ways to the same bytes.
