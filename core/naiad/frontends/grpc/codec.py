@@ -10,8 +10,10 @@ entry, empty when the output went to shared memory, as tritonserver does.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
+import numpy as np
 from tritonclient.grpc import service_pb2
 
 from naiad.datatypes import NUMPY_DTYPES
@@ -31,7 +33,7 @@ from naiad.frontends.tensors import (
 )
 from naiad.shm import Region, SharedMemoryRegistry
 from naiad.types import InferenceRequest, InferenceResponse, RequestedOutput, Tensor
-from naiad.wire_tensors import check_header, from_raw, to_raw
+from naiad.wire_tensors import NUMPY_MAX_DIMS, check_header, from_raw, to_raw
 
 ModelInferRequest = service_pb2.ModelInferRequest
 ModelInferResponse = service_pb2.ModelInferResponse
@@ -116,6 +118,9 @@ def decode_request(model_name: str, version: int, msg: Any, registry: SharedMemo
 
     Also returns the outputs to write to shared memory: name -> (region, offset, byte_size),
     or None when there are none."""
+    request = _plain_request(model_name, version, msg)
+    if request is not None:
+        return request, None
     raw_contents = msg.raw_input_contents
     raw_count = len(raw_contents)
     raw_index = 0
@@ -183,6 +188,45 @@ def decode_request(model_name: str, version: int, msg: Any, registry: SharedMemo
                                    f"model '{model_name}'", CUSTOM) if msg.parameters else {},
     )
     return request, to_shm
+
+
+def _plain_request(model_name: str, version: int, msg: Any) -> InferenceRequest | None:
+    """The usual request in one pass: every input's data in ``raw_input_contents``, of a
+    numeric datatype, with no parameters; outputs by name alone; no parameters. None for any
+    other, and for one that breaks a rule: :func:`decode_request`'s general way reads it,
+    or says what is wrong with it. The same request as the general way's, the checks of
+    ``check_header``, ``check_shape`` and ``from_raw`` folded in (issue 26,
+    ``tests/core/frontends/grpc/test_grpc_codec_plain.py``)."""
+    if msg.parameters:
+        return None
+    items, raw_contents = msg.inputs, msg.raw_input_contents
+    if len(items) != len(raw_contents):
+        return None
+    inputs = {}
+    for item, raw in zip(items, raw_contents, strict=True):
+        name, datatype = item.name, item.datatype
+        dtype = _RAW_DTYPES.get(datatype)
+        if (dtype is None or not name or name in inputs or item.parameters
+                or item.HasField("contents")):
+            return None
+        shape = tuple(item.shape[:])  # [:] is the fast way out of a repeated field
+        if (len(shape) > NUMPY_MAX_DIMS or (shape and min(shape) <= 0)
+                or len(raw) != math.prod(shape) * dtype.itemsize):
+            return None
+        inputs[name] = Tensor(name, datatype, shape, np.frombuffer(raw, dtype).reshape(shape))
+    requested = None
+    if msg.outputs:
+        requested = []
+        for out in msg.outputs:
+            if out.parameters:
+                return None
+            requested.append(RequestedOutput(out.name, {}))
+    return InferenceRequest(model_name=model_name, model_version=version, inputs=inputs,
+                            id=msg.id, requested_outputs=requested, parameters={})
+
+
+# The numpy dtype of each datatype whose raw form is its array's bytes (all but BYTES).
+_RAW_DTYPES = {datatype: dtype for datatype, dtype in NUMPY_DTYPES.items() if dtype is not None}
 
 
 def _from_contents(model: str, name: str, datatype: str, shape: tuple[int, ...],

@@ -170,7 +170,8 @@ def decoded_both_ways(monkeypatch: pytest.MonkeyPatch, doc: dict) -> tuple[objec
                 None if request.requested_outputs is None else
                 [(o.name, o.parameters) for o in request.requested_outputs],
                 [(name, t.name, t.datatype, t.shape, t.data.dtype, t.data.shape,
-                  t.data.tobytes()) for name, t in request.inputs.items()])
+                  t.data.tolist() if t.data.dtype == object else t.data.tobytes())
+                 for name, t in request.inputs.items()])
 
     first = decoded()
     with monkeypatch.context() as patched:
