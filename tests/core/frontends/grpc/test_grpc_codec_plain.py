@@ -7,6 +7,7 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 import pytest
+from codec_parity import request_fields
 from tritonclient.grpc import service_pb2 as pb
 
 from naiad.errors import InferenceServerError
@@ -87,12 +88,7 @@ def decoded_both_ways(monkeypatch: pytest.MonkeyPatch, msg: pb.ModelInferRequest
             request, to_shm = codec.decode_request("m", 2, msg, SharedMemoryRegistry())
         except InferenceServerError as exc:
             return ("refused", exc.status, exc.message)
-        return (request.model_name, request.model_version, request.id, request.parameters,
-                to_shm, None if request.requested_outputs is None else
-                [(o.name, o.parameters) for o in request.requested_outputs],
-                [(name, t.name, t.datatype, t.shape, t.data.dtype, t.data.shape,
-                  t.data.tolist() if t.data.dtype == object else t.data.tobytes())
-                 for name, t in request.inputs.items()])
+        return request_fields(request), to_shm
 
     first = decoded()
     with monkeypatch.context() as patched:

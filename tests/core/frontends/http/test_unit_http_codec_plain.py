@@ -9,6 +9,7 @@ import ml_dtypes
 import numpy as np
 import orjson
 import pytest
+from codec_parity import request_fields
 
 from naiad.errors import InferenceServerError
 from naiad.frontends.http import codec
@@ -166,12 +167,7 @@ def decoded_both_ways(monkeypatch: pytest.MonkeyPatch, doc: dict) -> tuple[objec
                                            SharedMemoryRegistry())
         except InferenceServerError as exc:
             return ("refused", exc.status, exc.message)
-        return (request.model_name, request.model_version, request.id, request.parameters,
-                None if request.requested_outputs is None else
-                [(o.name, o.parameters) for o in request.requested_outputs],
-                [(name, t.name, t.datatype, t.shape, t.data.dtype, t.data.shape,
-                  t.data.tolist() if t.data.dtype == object else t.data.tobytes())
-                 for name, t in request.inputs.items()])
+        return request_fields(request)
 
     first = decoded()
     with monkeypatch.context() as patched:
