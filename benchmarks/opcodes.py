@@ -144,18 +144,8 @@ if sys.argv[:1] == ["-c"] and len(sys.argv) > 1 and sys.argv[1].endswith("stub")
 
 def worker_pids(engine: int) -> list[int]:
     """The Python workers the engine started (its children running the stub)."""
-    pids = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            cmdline = (entry / "cmdline").read_bytes()
-        except (OSError, IndexError, ValueError):
-            continue  # it ended meanwhile
-        if ppid == engine and b"naiad_stub_main" in cmdline:
-            pids.append(int(entry.name))
-    return pids
+    return [pid for pid in instructions.children(engine)
+            if "naiad_stub_main" in instructions.command_line(pid)]
 
 
 def measure(protocol: str, requests: int, work: Path, repo: Path, payload_dir: Path,
