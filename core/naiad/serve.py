@@ -151,11 +151,11 @@ async def _start_frontend_processes(server: InferenceServer, listeners: Listener
     if listeners.allow_grpc:
         servicer = make_servicer(server, listeners.grpc)
         handlers = servicer_handlers(server, listeners.grpc, servicer=servicer)
-        # naiad's gRPC server in the frontends sends ModelInfer and ModelStreamInfer on the
-        # HTTP link, where the engine answers them on its loop (frames.GRPC_INFER,
-        # GRPC_STREAM); grpcio's sends every call as a CALL through the gRPC bridge.
+        # The gRPC server in the frontends (either) sends ModelInfer and ModelStreamInfer
+        # on the HTTP link, where the engine answers them on its loop (frames.GRPC_INFER,
+        # GRPC_STREAM); every other call goes as a CALL through the gRPC bridge.
         infer = None
-        if listeners.allow_http and listeners.grpc.server == "naiad":
+        if listeners.allow_http:
             infer = BridgedInfer(loop_infer(servicer, listeners.grpc), handlers,
                                  ThreadPoolExecutor(max_workers=MAX_THREADS,
                                                     thread_name_prefix="naiad-grpc"),

@@ -81,7 +81,7 @@ def server(repo: Path) -> Iterator[ServerProcess]:
         yield process
 
 
-def _frontends(server: ServerProcess) -> list[int]:
+def frontend_pids(server: ServerProcess) -> list[int]:
     """The pids of the server's frontend processes."""
     assert server.process is not None
     found = []
@@ -172,7 +172,7 @@ def _metric(server: ServerProcess, line_start: str) -> float:
 
 
 def test_the_http_port_is_served_by_the_frontend_processes(server: ServerProcess) -> None:
-    frontends = _frontends(server)
+    frontends = frontend_pids(server)
     assert len(frontends) == 2
     client = httpclient.InferenceServerClient(server.http_url)
     a = np.array([1, 2, 3, 4], np.float32)
@@ -193,7 +193,7 @@ def test_the_http_port_is_served_by_the_frontend_processes(server: ServerProcess
 def test_one_batcher_batches_requests_from_both_frontends(server: ServerProcess) -> None:
     """Requests that reach the engine through different frontends wait in the same queue and
     run as one batch, larger than either frontend sent."""
-    connections = _connections_on_every_frontend(server, _frontends(server))
+    connections = _connections_on_every_frontend(server, frontend_pids(server))
     before = _stats(server, "batched")
     answers: list[int] = []
 
@@ -238,7 +238,7 @@ def test_a_client_that_leaves_withdraws_its_queued_request_through_the_bridge(
 
 def test_statistics_and_one_metrics_scrape_count_every_frontends_requests(
         server: ServerProcess) -> None:
-    connections = _connections_on_every_frontend(server, _frontends(server))
+    connections = _connections_on_every_frontend(server, frontend_pids(server))
     line = 'nv_inference_request_success{model="add_sub",version="1"}'
     before_stats, before_metric = _stats(server, "add_sub"), _metric(server, line)
     body = json.dumps({"inputs": [
@@ -272,7 +272,7 @@ def test_a_stream_and_the_body_limit_cross_the_bridge(server: ServerProcess) -> 
 
 
 def test_load_and_unload_are_seen_through_every_frontend(server: ServerProcess) -> None:
-    connections = _connections_on_every_frontend(server, _frontends(server))
+    connections = _connections_on_every_frontend(server, frontend_pids(server))
     connections[0].request("POST", "/v2/repository/models/add_sub/unload", b"{}",
                            {"Content-Type": "application/json"})
     assert connections[0].getresponse().read() == b""
@@ -288,15 +288,15 @@ def test_load_and_unload_are_seen_through_every_frontend(server: ServerProcess) 
 
 def test_a_frontend_that_dies_is_replaced_and_the_port_keeps_serving(
         server: ServerProcess) -> None:
-    first = _frontends(server)
+    first = frontend_pids(server)
     os.kill(first[0], signal.SIGKILL)
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:
-        now = _frontends(server)
+        now = frontend_pids(server)
         if len(now) == 2 and first[0] not in now:
             break
         time.sleep(0.1)
-    assert len(_frontends(server)) == 2 and first[0] not in _frontends(server)
+    assert len(frontend_pids(server)) == 2 and first[0] not in frontend_pids(server)
     for _ in range(6):
         with urllib.request.urlopen(f"http://{server.http_url}/v2/health/ready") as answer:
             assert answer.status == 200
@@ -306,7 +306,7 @@ def test_a_frontend_that_dies_is_replaced_and_the_port_keeps_serving(
 def test_sigterm_drains_requests_in_every_frontend_then_ends_them(repo: Path) -> None:
     with naiad_server("--model-repository", str(repo), "--frontend-processes", "2",
                       "--load-model", "slow", "--model-control-mode", "explicit") as server:
-        frontends = _frontends(server)
+        frontends = frontend_pids(server)
         connections = _connections_on_every_frontend(server, frontends)
         body = json.dumps({"inputs": [{"name": "INPUT0", "shape": [4], "datatype": "FP32",
                                        "data": [1, 2, 3, 4]}]}).encode()
@@ -330,10 +330,10 @@ def test_sigterm_drains_requests_in_every_frontend_then_ends_them(repo: Path) ->
         assert server.process.wait(30) == 0
         assert "did not stop" not in server.log()  # each frontend ended on SIGTERM, unkilled
         for pid in frontends:
-            assert not os.path.exists(f"/proc/{pid}") or _zombie(pid)
+            assert not os.path.exists(f"/proc/{pid}") or is_zombie(pid)
 
 
-def _zombie(pid: int) -> bool:
+def is_zombie(pid: int) -> bool:
     try:
         with open(f"/proc/{pid}/stat") as f:
             return f.read().rpartition(")")[2].split()[0] == "Z"
@@ -374,9 +374,9 @@ def test_grpc_is_served_by_the_frontend_processes_too(server: ServerProcess) -> 
     from tritonclient.utils import InferenceServerException
 
     assert server.process is not None
-    listening = {pid for pid in _frontends(server)
+    listening = {pid for pid in frontend_pids(server)
                  if _listens_on(pid, server.grpc_port)}
-    assert listening == set(_frontends(server))
+    assert listening == set(frontend_pids(server))
     assert not _listens_on(server.process.pid, server.grpc_port)
 
     client = grpcclient.InferenceServerClient(server.grpc_url)
@@ -424,8 +424,8 @@ def test_a_grpc_stream_runs_on_the_engines_loop_through_the_frontends(
 
     assert server.process is not None
     engine = server.process.pid
-    frontends = _frontends(server)
-    threads = {pid: _threads(pid) for pid in [engine, *frontends]}
+    frontends = frontend_pids(server)
+    threads = {pid: thread_count(pid) for pid in [engine, *frontends]}
     before = _stats(server, "add_sub")["inference_count"]
 
     def request(number: int, model: str = "add_sub") -> service_pb2.ModelInferRequest:
@@ -453,7 +453,7 @@ def test_a_grpc_stream_runs_on_the_engines_loop_through_the_frontends(
             for call in held:
                 assert next(call).error_message == ""
             for pid, count in threads.items():
-                assert _threads(pid) < count + 6, (pid, count)
+                assert thread_count(pid) < count + 6, (pid, count)
             for call in held:
                 call.cancel()
             # An idle stream is ended by the engine, naming the flag.
@@ -477,7 +477,7 @@ def test_a_grpc_stream_runs_on_the_engines_loop_through_the_frontends(
     assert _stats(server, "add_sub")["inference_count"] - before == 40 + 12
 
 
-def _threads(pid: int) -> int:
+def thread_count(pid: int) -> int:
     with open(f"/proc/{pid}/status") as f:
         for line in f:
             if line.startswith("Threads:"):

@@ -25,12 +25,14 @@ TIMEOUT_S = 30
 POLLS = 300  # of the count, each a full request round trip
 
 
-@pytest.fixture(scope="module", params=[(), ("--frontend-processes=1",)],
-                ids=["one-process", "frontend-process"])
+@pytest.fixture(scope="module", params=[(), ("--frontend-processes=1",),
+                                        ("--frontend-processes=1", "--grpc-server=grpcio")],
+                ids=["one-process", "frontend-process", "grpcio-frontend-process"])
 def server(tmp_path_factory, request):
     """A single-process server, and one whose gRPC and HTTP are served by a frontend
-    process (a unary ModelInfer then crosses to the engine as a GRPC_INFER frame, and the
-    client's giving up as a DISCONNECT)."""
+    process, running naiad's gRPC server or grpc's (a unary ModelInfer then crosses to the
+    engine as a GRPC_INFER frame, a stream as GRPC_STREAM, and the client's giving up as a
+    DISCONNECT)."""
     repo = write_streaming_repository(tmp_path_factory.mktemp("cancellation"))
     with naiad_server("--model-repository", str(repo), *request.param) as process:
         yield process

@@ -36,7 +36,9 @@ either side) is an exchange of two frames:
   would. The engine may answer a ``REQUEST``'s way instead (``RESPONSE``, when it runs the
   request in the application: while it traces).
 
-A gRPC call is an exchange on a second connection (:mod:`.grpc_forwarding`):
+A gRPC call other than ``ModelInfer`` and ``ModelStreamInfer`` (all of them, when the
+frontend serves no HTTP and so has no first connection) is an exchange on a second
+connection (:mod:`.grpc_forwarding`):
 
 - frontend -> engine ``CALL``: ``<u8 streaming> <f64 seconds left, -1: no deadline>
   <u16 method size> <method> <u32 metadata size> <metadata: JSON>`` and, for a unary call,
@@ -45,16 +47,19 @@ A gRPC call is an exchange on a second connection (:mod:`.grpc_forwarding`):
 - engine -> frontend: a ``MESSAGE`` per response (``<u8 uncompressed>`` and its bytes),
   then ``STATUS`` (``<u8 code>`` and the details, UTF-8), which ends the call.
 
-A unary ``ModelInfer`` that a frontend's gRPC server takes goes on the first connection
-instead, where the engine answers it on its event loop, as a single-process server does
-(:mod:`naiad.frontends.grpc.loop_infer`): ``GRPC_INFER`` (a ``CALL``'s body) and
-``GRPC_ANSWER`` (``<u8 code> <u8 uncompressed> <u32 size> <details>`` and the response
-message when the code is OK); ``DISCONNECT`` when the call ended on the client's side.
+A unary ``ModelInfer`` that a frontend's gRPC server takes (naiad's or grpc's:
+:mod:`.grpc_loop_calls`) goes on the first connection instead, where the engine answers it
+on its event loop, as a single-process server does (:mod:`naiad.frontends.grpc.loop_infer`):
+``GRPC_INFER`` (a ``CALL``'s body) and ``GRPC_ANSWER`` (``<u8 code> <u8 uncompressed>
+<u32 size> <details>`` and the response message when the code is OK); ``DISCONNECT`` when
+the call ended on the client's side.
 
-So does a ``ModelStreamInfer`` that naiad's gRPC server in a frontend takes
-(:class:`.frontend.ForwardedStreams`, :mod:`.stream_engine`): ``GRPC_STREAM`` (a ``CALL``'s body, no
-request), then ``MESSAGE``, ``HALF_CLOSE`` and ``DISCONNECT`` as on the second connection,
-and ``SENT`` as the client's connection takes the responses; the engine answers with a
+So does a ``ModelStreamInfer`` that a frontend's gRPC server takes (naiad's:
+:class:`.frontend.ForwardedStreams`; grpc's: :class:`.grpc_loop_calls.ThreadStream`; the
+engine's end: :mod:`.stream_engine`), with no engine thread however long it is open:
+``GRPC_STREAM`` (a ``CALL``'s body, no request), then ``MESSAGE``, ``HALF_CLOSE`` and
+``DISCONNECT`` as on the second connection, and ``SENT`` as the client's connection takes
+the responses; the engine answers with a
 ``MESSAGE`` per response and ``STREAM_END`` (``<u8 code> <u8 now>`` and the details;
 ``now``: what the frontend still holds of the answers is dropped, as a single-process
 server drops it for a client that does not read). The engine keeps at most

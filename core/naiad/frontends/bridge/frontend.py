@@ -11,7 +11,9 @@ naiad's gRPC server in a frontend process sends ``ModelInfer`` (:class:`Forwarde
 and ``ModelStreamInfer`` (:class:`ForwardedStreams`) on the same link, where the engine
 answers them on its event loop, with no thread on either side: a stream's request messages
 go to the engine as they come off the HTTP/2 connection, its responses from the engine
-straight to it.
+straight to it. grpc's server sends them the same way, from its handler threads
+(:mod:`.grpc_loop_calls`); a stream's exchange on the link is a :class:`StreamExchange`
+either way.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("naiad.http")
 
+_SHUTTING_DOWN = "the server is shutting down"
 _UNAVAILABLE = b'{"error":"the server is shutting down"}'
 _ABORTED = error_body("internal error: the server ended the answer before it was complete")
 
@@ -77,7 +80,7 @@ class EngineLink:
         # gRPC ModelInfer calls waiting for their answer (GRPC_INFER): ticket -> callback.
         self.grpc: dict[int, Callable[[grpc.StatusCode, str, bytes | None], object]] = {}
         # ModelStreamInfer calls open on the engine's loop (GRPC_STREAM), by ticket.
-        self.streams: dict[int, ForwardedStream] = {}
+        self.streams: dict[int, StreamExchange] = {}
 
     async def connect(self) -> None:
         loop = asyncio.get_running_loop()
@@ -99,7 +102,7 @@ class EngineLink:
         self.grpc[self._next] = on_answer
         return self._next
 
-    def open_stream(self, stream: ForwardedStream) -> int:
+    def open_stream(self, stream: StreamExchange) -> int:
         self._next += 1
         self.streams[self._next] = stream
         return self._next
@@ -137,7 +140,7 @@ class EngineLink:
             on_answer(exchange, Answer(503, _UNAVAILABLE))
         calls, self.grpc = self.grpc, {}
         for on_grpc_answer in calls.values():
-            on_grpc_answer(grpc.StatusCode.UNAVAILABLE, "the server is shutting down", None)
+            on_grpc_answer(grpc.StatusCode.UNAVAILABLE, _SHUTTING_DOWN, None)
         streams, self.streams = self.streams, {}
         for stream in streams.values():
             stream.lost()
@@ -229,23 +232,29 @@ class ForwardedStreams:
         return True
 
 
-class ForwardedStream:
-    """One forwarded stream: the connection's hooks of a stream run on the loop
-    (``on_message``, ``on_client_end``, ``resume``, ``call_over``), and the engine's frames
-    for it (:meth:`on_frame`)."""
+class StreamExchange:
+    """A ``ModelStreamInfer`` call forwarded on the link to the engine's loop
+    (``GRPC_STREAM``), on the frontend's loop: what the client sends goes to the engine as
+    it comes, and the engine's frames to :meth:`on_response` and :meth:`on_end`, which
+    subclasses give to the client's call (naiad's HTTP/2 connection, or a handler thread of
+    grpc's server: :mod:`.grpc_loop_calls`)."""
 
-    def __init__(self, link: EngineLink, connection: GRPCConnection, call: Call) -> None:
+    def __init__(self, link: EngineLink) -> None:
         self.link = link
-        self.connection = connection
-        self.call = call
-        self.received = 0  # response bytes the engine sent
-        self.reported = 0  # of which reported SENT (taken by the client's connection)
+        self.exchange = 0  # the link's number for it, once open
+
+    def open(self, metadata: Any) -> None:
+        """Send the call to the engine (``metadata`` as grpc's ``invocation_metadata()``)."""
+        link = self.link
+        if link.lost.is_set():  # the link does not answer it: nobody else would
+            self.on_end(grpc.StatusCode.UNAVAILABLE, _SHUTTING_DOWN, False)
+            return
         self.exchange = link.open_stream(self)
         link.protocol.write(frames.call_frame(self.exchange, "ModelStreamInfer", True, None,
-                                              frames.metadata_of(call.metadata),
+                                              frames.metadata_of(metadata),
                                               kind=frames.GRPC_STREAM))
 
-    # --- the client's side (the connection calls these) ----------------------------------
+    # --- the client's side ---------------------------------------------------------------
 
     def on_message(self, message: bytes) -> None:
         if self.exchange in self.link.streams:  # else the engine ended the stream already
@@ -255,14 +264,10 @@ class ForwardedStream:
         if self.exchange in self.link.streams:
             self.link.protocol.write(frames.frame(frames.HALF_CLOSE, self.exchange))
 
-    def resume(self) -> None:
-        """The client read: report what its connection took, once it took all it was given
-        and a quarter of the window or more (most responses cost no frame of their own)."""
-        taken = self.received - self.reported
-        if (taken >= frames.ANSWER_WINDOW_BYTES // 4 and not self.call.pending
-                and not self.connection.sender.paused and self.exchange in self.link.streams):
-            self.reported = self.received
-            self.link.protocol.write(frames.sent_frame(self.exchange, taken))
+    def report_sent(self, count: int) -> None:
+        """``count`` more response bytes reached the client's connection (frames.SENT)."""
+        if self.exchange in self.link.streams:
+            self.link.protocol.write(frames.sent_frame(self.exchange, count))
 
     def withdraw(self) -> None:
         """The call ended on the client's side (cancelled, past its deadline): the engine
@@ -270,30 +275,62 @@ class ForwardedStream:
         if self.link.streams.pop(self.exchange, None) is not None:
             self.link.protocol.write(frames.frame(frames.DISCONNECT, self.exchange))
 
-    def call_over(self) -> None:
-        self.withdraw()
-
     # --- the engine's side ---------------------------------------------------------------
 
     def on_frame(self, kind: int, body: memoryview) -> None:
         if kind == frames.MESSAGE:
-            message = bytes(body[1:])
-            self.received += len(message)
-            self.connection.send_message(self.call, message, bool(body[0]))
-            self.resume()
+            self.on_response(bytes(body[1:]), bool(body[0]))
         elif kind == frames.STREAM_END:
             self.link.streams.pop(self.exchange, None)
             code, now, details = frames.read_stream_end(body)
-            status = CODES.get(code, grpc.StatusCode.UNKNOWN)
-            if now:
-                self.connection.end_now(self.call, status, details)
-            else:
-                self.connection.finish(self.call, status, details)
+            self.on_end(CODES.get(code, grpc.StatusCode.UNKNOWN), details, now)
 
     def lost(self) -> None:
         """The engine's connection ended."""
-        self.connection.finish(self.call, grpc.StatusCode.UNAVAILABLE,
-                               "the server is shutting down")
+        self.on_end(grpc.StatusCode.UNAVAILABLE, _SHUTTING_DOWN, False)
+
+    def on_response(self, message: bytes, uncompressed: bool) -> None:
+        raise NotImplementedError
+
+    def on_end(self, code: grpc.StatusCode, details: str, now: bool) -> None:
+        """The call's status; ``now``: drop what waits for the client (it does not read)."""
+        raise NotImplementedError
+
+
+class ForwardedStream(StreamExchange):
+    """A forwarded stream of naiad's gRPC server: the connection's hooks of a stream run on
+    the loop (``on_message``, ``on_client_end``, ``resume``, ``call_over``)."""
+
+    def __init__(self, link: EngineLink, connection: GRPCConnection, call: Call) -> None:
+        super().__init__(link)
+        self.connection = connection
+        self.call = call
+        self.received = 0  # response bytes the engine sent
+        self.reported = 0  # of which reported SENT (taken by the client's connection)
+        self.open(call.metadata)
+
+    def resume(self) -> None:
+        """The client read: report what its connection took, once it took all it was given
+        and a quarter of the window or more (most responses cost no frame of their own)."""
+        taken = self.received - self.reported
+        if (taken >= frames.ANSWER_WINDOW_BYTES // 4 and not self.call.pending
+                and not self.connection.sender.paused):
+            self.reported = self.received
+            self.report_sent(taken)
+
+    def call_over(self) -> None:
+        self.withdraw()
+
+    def on_response(self, message: bytes, uncompressed: bool) -> None:
+        self.received += len(message)
+        self.connection.send_message(self.call, message, uncompressed)
+        self.resume()
+
+    def on_end(self, code: grpc.StatusCode, details: str, now: bool) -> None:
+        if now:
+            self.connection.end_now(self.call, code, details)
+        else:
+            self.connection.finish(self.call, code, details)
 
 
 def _forwarded_scope(scope: dict[str, Any]) -> dict[str, Any]:

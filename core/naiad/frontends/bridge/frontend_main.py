@@ -94,7 +94,7 @@ async def serve(args: argparse.Namespace) -> int:
 
 async def _start_grpc(args: argparse.Namespace, link: EngineLink | None) -> tuple[Any, Any]:
     """The gRPC server (grpc's or naiad's, as ``--grpc-server`` says), forwarding to the
-    engine, and its link to the engine. With the HTTP ``link`` (HTTP is served too), naiad's
+    engine, and its link to the engine. With the HTTP ``link`` (HTTP is served too), either
     server sends ``ModelInfer`` and ``ModelStreamInfer`` there, for the engine's event
     loop."""
     from naiad.frontends.bridge.grpc_forwarding import (
@@ -102,6 +102,7 @@ async def _start_grpc(args: argparse.Namespace, link: EngineLink | None) -> tupl
         forwarding_handlers,
         start_forwarding_server,
     )
+    from naiad.frontends.bridge.grpc_loop_calls import LoopCalls
     from naiad.frontends.grpc.options import GRPCOptions
 
     settings = json.loads(args.grpc)
@@ -121,7 +122,8 @@ async def _start_grpc(args: argparse.Namespace, link: EngineLink | None) -> tupl
         return await serve_grpc(service, settings["address"], settings["port"]), grpc_link
     server, _watch = start_forwarding_server(
         grpc_link, options, settings["address"], settings["port"],
-        settings["max_input_size"], settings["max_response_size"])
+        settings["max_input_size"], settings["max_response_size"],
+        None if link is None else LoopCalls(link, asyncio.get_running_loop()))
     return _StoppingGRPCServer(server), grpc_link
 
 

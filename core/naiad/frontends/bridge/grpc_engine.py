@@ -3,8 +3,12 @@ method handlers a single-process server registers with grpc (``method_handlers``
 :class:`~naiad.frontends.grpc.calls.CallContext` in place of grpc's, so every RPC answers
 exactly as it would.
 
-Calls run on threads, as on grpc's thread-pool server: a unary inference waits on its future
-there, an open ``ModelStreamInfer`` holds its thread while it is open.
+Calls run on threads, as on grpc's thread-pool server. They are the RPCs other than
+``ModelInfer`` and ``ModelStreamInfer``, which a frontend's gRPC server (naiad's or grpc's)
+sends on its HTTP link to the engine's event loop instead (``GRPC_INFER``, ``GRPC_STREAM``:
+:mod:`.engine`), and those two only from a frontend that serves no HTTP: then a unary
+inference waits on its future here, and an open ``ModelStreamInfer`` holds its thread while
+it is open.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ from naiad.frontends.grpc.calls import CallContext, run_call
 
 log = logging.getLogger("naiad.grpc")
 
-# Calls served at once (each open stream holds one); as the gRPC listener's pool.
+# Calls served at once (each open stream that comes here holds one).
 MAX_THREADS = 1024
 _END = object()
 

@@ -3,8 +3,13 @@ to the engine as bytes (:mod:`.frames`), answered with the engine's bytes and st
 
 grpc does the protocol work here (HTTP/2, TLS, compression, the message size, metadata,
 keepalive and handshake limits, ``--grpc-message-timeout``); the engine decodes, runs and
-encodes (:mod:`.grpc_engine`). A call the client cancels, or whose deadline passes, is
-withdrawn in the engine as it is in a single-process server.
+encodes. ``ModelInfer`` and ``ModelStreamInfer`` go on the frontend's HTTP link to the
+engine's event loop (:mod:`.grpc_loop_calls`), where no engine thread waits for them; every
+other RPC (and those two when the frontend serves no HTTP) goes as a ``CALL`` on the gRPC
+link through :class:`GRPCEngineLink` and runs on an engine thread (:mod:`.grpc_engine`).
+naiad's gRPC server in a frontend runs the same handlers for the RPCs it does not take on
+the loop itself. A call the client cancels, or whose deadline passes, is withdrawn in the
+engine as it is in a single-process server.
 """
 
 from __future__ import annotations
@@ -21,9 +26,14 @@ import grpc
 from tritonclient.grpc import service_pb2
 
 from naiad.frontends.bridge import frames
-from naiad.frontends.bridge.grpc_engine import MAX_THREADS
+from naiad.frontends.bridge.grpc_loop_calls import LoopCalls
 from naiad.frontends.grpc.calls import CODES
-from naiad.frontends.grpc.listener import bind_address, channel_arguments, server_credentials
+from naiad.frontends.grpc.listener import (
+    bind_address,
+    channel_arguments,
+    pool_threads,
+    server_credentials,
+)
 from naiad.frontends.grpc.options import GRPCOptions
 from naiad.frontends.grpc.read_timeout import MessageWatch, receiving
 
@@ -132,38 +142,49 @@ def _forward_stream(link: GRPCEngineLink, method: str, requests: Any,
         context.abort(code, details)
 
 
-def forwarding_handlers(link: GRPCEngineLink, watch: MessageWatch | None
+def forwarding_handlers(link: GRPCEngineLink, watch: MessageWatch | None,
+                        loop_calls: LoopCalls | None = None
                         ) -> dict[str, grpc.RpcMethodHandler]:
-    """A handler per RPC of the service, taking and giving bytes (no (de)serializers)."""
+    """A handler per RPC of the service, taking and giving bytes (no (de)serializers).
+    ``loop_calls``: ``ModelInfer`` and ``ModelStreamInfer`` go to the engine's loop through
+    it instead of ``link``."""
     handlers = {}
     for method in _SERVICE.methods:
         name = f"/{_SERVICE.full_name}/{method.name}"
         if method.client_streaming:
-            handlers[method.name] = grpc.stream_stream_rpc_method_handler(
-                partial(_forward_stream, link, name))
-        elif watch is None:
-            handlers[method.name] = grpc.unary_unary_rpc_method_handler(
-                partial(_forward_unary, link, name))
+            stream = (partial(_forward_stream, link, name)
+                      if loop_calls is None or method.name != "ModelStreamInfer"
+                      else loop_calls.stream)
+            handlers[method.name] = grpc.stream_stream_rpc_method_handler(stream)
+            continue
+        unary = (partial(_forward_unary, link, name)
+                 if loop_calls is None or method.name != "ModelInfer" else loop_calls.infer)
+        if watch is None:
+            handlers[method.name] = grpc.unary_unary_rpc_method_handler(unary)
         else:
             handlers[method.name] = grpc.stream_unary_rpc_method_handler(
-                receiving(watch, method.name, partial(_forward_unary, link, name)))
+                receiving(watch, method.name, unary))
     return handlers
 
 
 def start_forwarding_server(link: GRPCEngineLink, options: GRPCOptions, address: str,
-                            port: int, max_input_size: int, max_response_size: int
+                            port: int, max_input_size: int, max_response_size: int,
+                            loop_calls: LoopCalls | None = None
                             ) -> tuple[grpc.Server, MessageWatch | None]:
     """grpc's thread-pool server on ``address:port``, shared with the other frontend
-    processes (SO_REUSEPORT), forwarding every call through ``link``."""
+    processes (SO_REUSEPORT), forwarding every call through ``link``, or ``ModelInfer`` and
+    ``ModelStreamInfer`` through ``loop_calls`` when given. Its pool is as large as a
+    single-process grpcio server's: a thread per stream ``--grpc-max-streams`` allows, and
+    more for every other call."""
     arguments = [(key, value) for key, value in
                  channel_arguments(options, max_input_size, max_response_size)
                  if key != "grpc.so_reuseport"] + [("grpc.so_reuseport", 1)]
-    server = grpc.server(ThreadPoolExecutor(max_workers=MAX_THREADS,
+    server = grpc.server(ThreadPoolExecutor(max_workers=pool_threads(options),
                                             thread_name_prefix="naiad-grpc"),
                          options=arguments)
     watch = (MessageWatch(options.message_timeout_ms / 1000) if options.message_timeout_ms
              else None)
-    handlers = forwarding_handlers(link, watch)
+    handlers = forwarding_handlers(link, watch, loop_calls)
     server.add_generic_rpc_handlers(
         (grpc.method_handlers_generic_handler(_SERVICE.full_name, handlers),))
     target = bind_address(address, port)

@@ -65,8 +65,8 @@ class GRPCForwarding:
     options: GRPCOptions
     max_input_size: int
     max_response_size: int
-    # Answers the ModelInfer calls frontends send on their HTTP link (frames.GRPC_INFER);
-    # None: every call goes through the gRPC bridge.
+    # Answers the ModelInfer and ModelStreamInfer calls frontends send on their HTTP link
+    # (frames.GRPC_INFER, GRPC_STREAM); None: every call goes through the gRPC bridge.
     infer: Any = None
 
     def settings(self) -> str:

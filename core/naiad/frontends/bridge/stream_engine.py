@@ -1,8 +1,8 @@
-"""The engine's end of the ``ModelStreamInfer`` calls that naiad's gRPC server in a frontend
-process forwards on its HTTP link (``frames.GRPC_STREAM``): each is answered on the engine's
-event loop by the same :class:`~naiad.frontends.grpc.loop_stream.LoopStream` a
-single-process server runs, with a :class:`ForwardedStreamCall` in place of the HTTP/2
-connection and call.
+"""The engine's end of the ``ModelStreamInfer`` calls that the gRPC server in a frontend
+process (naiad's or grpc's) forwards on its HTTP link (``frames.GRPC_STREAM``): each is
+answered on the engine's event loop by the same
+:class:`~naiad.frontends.grpc.loop_stream.LoopStream` a single-process server runs, with a
+:class:`ForwardedStreamCall` in place of the HTTP/2 connection and call.
 
 Why: run on threads (:mod:`.grpc_engine`), a forwarded stream crossed a reader thread and a
 handler thread in the engine, and a pump thread and a handler thread in the frontend, for
