@@ -5,7 +5,9 @@ and so is every batch an instance worker runs. Whoever completes one (an instanc
 gRPC thread, the event loop) runs its done-callbacks there and then, so schedulers chain
 work with callbacks and never need a thread or the loop to wait. The frontends adapt at
 their edge: a gRPC handler thread waits on ``future.result()``, the HTTP event loop awaits
-:meth:`LoopWaiter.wait`.
+:meth:`LoopWaiter.wait`. The one exception: a request the event loop sends to a model in a
+worker process, whose answer the loop itself reads, gets no future
+(``InferenceServer.infer_on_loop``; ``docs/design.md``, "Requests without a future").
 
 - :class:`LightFuture`: the future naiad makes, a ``concurrent.futures.Future`` that waits
   on plain locks instead of a Condition (measured below).

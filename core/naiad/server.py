@@ -18,6 +18,7 @@ import gc
 import logging
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import Future, InvalidStateError
 from functools import partial
 from pathlib import Path
@@ -372,6 +373,13 @@ class InferenceServer(ServerMetadata, ModelControl):
         except BaseException:
             gate.leave()
             raise
+        return self._hand_over(model, request, trace)
+
+    def _hand_over(self, model: ModelVersion, request: InferenceRequest,
+                   trace: RequestTrace | None) -> Future[InferenceResponse]:
+        """Give an admitted request to its scheduler; its future leaves the count and the
+        gate when it is done."""
+        gate = model.gate
         try:
             future = model.scheduler.submit(request)
         except BaseException:
@@ -387,6 +395,46 @@ class InferenceServer(ServerMetadata, ModelControl):
         if request.cancellation is not None:
             request.cancellation.on_cancel(future.cancel)
         return future
+
+    def infer_on_loop(self, model: ModelVersion, request: InferenceRequest,
+                      answer: Callable[[InferenceResponse], object]
+                      ) -> Future[InferenceResponse] | None:
+        """:meth:`infer` for a caller on the event loop. When the model's scheduler answers
+        without a future (:meth:`~naiad.scheduling.base.Scheduler.submit_on_loop`: a model
+        whose instances run in worker processes), ``answer(response)`` gets the response
+        :meth:`infer`'s future would get, on the loop (at once for a request an instance
+        refuses), and this returns None; otherwise it returns that future and ``answer``
+        is never called. A request refused as it arrives raises, as in :meth:`infer`.
+        Nothing else differs: the same checks, gate, in-flight count and statistics."""
+        model = self._enter(model, request)
+        gate = model.gate
+        try:
+            trace = self._admit(model, request)
+        except BaseException:
+            gate.leave()
+            raise
+        if trace is None:  # a traced request's trace watches its future
+            try:
+                started = model.scheduler.submit_on_loop(
+                    request, partial(self._answered, gate, answer))
+            except BaseException:
+                self._leave()
+                gate.leave()
+                raise
+            if started:
+                return None
+        return self._hand_over(model, request, trace)
+
+    def _answered(self, gate: VersionGate, answer: Callable[[InferenceResponse], object],
+                  response: InferenceResponse) -> None:
+        """A request :meth:`infer_on_loop` gave its scheduler is answered: it leaves, as
+        :meth:`_left`, then its caller gets the response."""
+        lock = self._in_flight_lock
+        lock.acquire()
+        self.in_flight -= 1
+        lock.release()
+        gate.leave()
+        answer(response)
 
     def _admit(self, model: ModelVersion, request: InferenceRequest,
                internal: bool = False) -> RequestTrace | None:

@@ -60,7 +60,8 @@ class Scheduler(abc.ABC):
 
     The contract, for the built-in schedulers and third-party ones alike:
 
-    - :meth:`submit` is the one way in. It is called from any thread (the event loop for
+    - :meth:`submit` is the way in (:meth:`submit_on_loop` is an optional shortcut for
+      instances in worker processes). It is called from any thread (the event loop for
       HTTP, a gRPC handler thread, an instance thread when an ensemble step follows
       another) and must not block. It returns a :class:`concurrent.futures.Future` of the
       response; an error the model or the scheduler answers with is a response
@@ -90,6 +91,18 @@ class Scheduler(abc.ABC):
     @abc.abstractmethod
     def submit(self, request: InferenceRequest) -> Future[InferenceResponse]:
         """Accept one request; the future gets its response (see the class docstring)."""
+
+    def submit_on_loop(self, request: InferenceRequest,
+                       answer: Callable[[InferenceResponse], object]) -> bool:
+        """Optional: accept one request without a future, for a caller on the server's event
+        loop, when this scheduler's instances answer there (models in worker processes):
+        ``answer(response)`` gets what the future of :meth:`submit` would, on the loop (or
+        at once, on this thread, for a request an instance refuses), and must not raise.
+        Return False, having done nothing, to leave the request to :meth:`submit`, as this
+        default does. Only the default scheduler implements it: the request's future,
+        its callbacks and the loop's wait for them were a fifth of the server's Python
+        work per request (``docs/design.md``, "Requests without a future")."""
+        return False
 
     @abc.abstractmethod
     async def drain(self) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from concurrent.futures import Future
 from functools import partial
 
@@ -44,6 +45,14 @@ class DefaultScheduler(Scheduler):
         # The instance's own future: cancel() withdraws the request while it waits in the
         # instance's queue (the frontends do not: this scheduler holds no requests).
         return self._worker().submit((request,), partial(self._finished, request))
+
+    def submit_on_loop(self, request: InferenceRequest,
+                       answer: Callable[[InferenceResponse], object]) -> bool:
+        return self._worker().run_elsewhere((request,), partial(self._answer, request, answer))
+
+    def _answer(self, request: InferenceRequest, answer: Callable[[InferenceResponse], object],
+                execution: Execution) -> None:
+        answer(self._finished(request, execution))
 
     def _finished(self, request: InferenceRequest, execution: Execution
                   ) -> InferenceResponse:

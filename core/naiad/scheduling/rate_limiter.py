@@ -280,6 +280,12 @@ class RateLimitedWorker:
     def busy(self) -> int:
         return self.worker.busy + self._waiting
 
+    def run_elsewhere(self, requests: Sequence[InferenceRequest],
+                      then: Callable[[Execution], object]) -> bool:
+        """Never: a batch may wait here for resources, and only a future waits for it (the
+        worker's own ``run_elsewhere`` would skip the limiter)."""
+        return False
+
     def submit(self, requests: Sequence[InferenceRequest],
                then: Callable[[Execution], Any] | None = None) -> Future[Any]:
         outer: Future[Any] = Future()

@@ -137,6 +137,24 @@ def test_two_instances_sharing_a_resource_never_run_together() -> None:
         w.stop()
 
 
+def test_a_rate_limited_instance_that_runs_elsewhere_is_never_sent_past_the_limiter() -> None:
+    """An instance in a worker process takes batches without a future
+    (``InstanceWorker.run_elsewhere``); behind the limiter it must not: its batches may
+    have to wait for resources."""
+    cfg = named(config('instance_group [{ count: 1 rate_limiter { resources [{ name: "r" count: 1'
+                       " }] } }]"))
+    log: list[tuple[str, float, float]] = []
+    (worker,) = limited_workers(RateLimiter(), cfg, log, 0.0)
+    worker.instance.asynchronous = True
+    sent: list[object] = []
+    worker.instance.execute_async = lambda requests, done: sent.append(requests)
+    try:
+        assert worker.run_elsewhere([object()], sent.append) is False
+        assert sent == [] and worker.busy == 0
+    finally:
+        worker.stop()
+
+
 def test_plenty_of_the_resource_lets_them_overlap() -> None:
     cfg = named(config('instance_group [{ count: 2 rate_limiter { resources [{ name: "r" count: 1'
                        " }] } }]"))

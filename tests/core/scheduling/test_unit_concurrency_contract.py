@@ -544,10 +544,16 @@ def public_methods(cls: type) -> set[str]:
 
 
 def test_there_is_one_way_to_an_instance_and_one_way_to_a_scheduler():
-    assert public_methods(InstanceWorker) == {"submit", "load", "stop"}
-    assert public_methods(Scheduler) == {"submit", "drain", "pending"}
+    """``submit`` (a future) is the way in; ``run_elsewhere`` and ``submit_on_loop`` are the
+    one exception, for instances in worker processes, which answer on the event loop
+    (``docs/design.md``, "Requests without a future")."""
+    assert public_methods(InstanceWorker) == {"submit", "run_elsewhere", "load", "stop"}
+    assert public_methods(Scheduler) == {"submit", "submit_on_loop", "drain", "pending"}
     for scheduler in (DefaultScheduler, DynamicBatcher, SequenceBatcher, EnsembleScheduler):
-        assert public_methods(scheduler) == {"submit", "drain", "pending"}, scheduler
+        assert public_methods(scheduler) == {"submit", "submit_on_loop", "drain",
+                                             "pending"}, scheduler
+    for scheduler in (DynamicBatcher, SequenceBatcher, EnsembleScheduler):
+        assert scheduler.submit_on_loop is Scheduler.submit_on_loop, scheduler
     assert not hasattr(InferenceServer, "infer_blocking")
     assert not asyncio.iscoroutinefunction(InferenceServer.infer)
 
@@ -595,6 +601,70 @@ def test_server_infer_on_the_loop_through_a_loop_waiter(server, loop):
 
     response = on_loop(loop, infer)
     np.testing.assert_array_equal(response.outputs[0].data, a + a)
+
+
+def test_server_infer_on_loop_answers_a_worker_process_model_by_callback(server, loop):
+    """A model whose instances run in worker processes answers on the loop without a
+    future, with what ``infer``'s future would carry, and the same bookkeeping."""
+    a = np.arange(4, dtype=np.float32)
+    model = server.model("add_sub")
+    stats = model.stats
+    before = (stats.inference_count, stats.execution_count, stats.success.count)
+    answered: list[tuple[int, InferenceResponse]] = []
+
+    async def infer() -> Any:
+        request = add_sub_request(a, a)
+        request.requested_outputs = [RequestedOutput("OUTPUT0")]
+        future = server.infer_on_loop(model, request, lambda response: answered.append(
+            (threading.get_ident(), answer(request, response))))
+        return future, request, threading.get_ident()
+
+    future, request, loop_thread = on_loop(loop, infer)
+    assert future is None
+    wait_until(lambda: answered)
+    thread, response = answered[0]
+    assert thread == loop_thread
+    assert [t.name for t in response.outputs] == ["OUTPUT0"]
+    np.testing.assert_array_equal(response.outputs[0].data, a + a)
+    assert request.durations is not None and all(d >= 0 for d in request.durations)
+    wait_until(lambda: server.in_flight == 0)
+    after = (stats.inference_count, stats.execution_count, stats.success.count)
+    assert after == tuple(n + 1 for n in before)
+    assert model.gate.inside == 0  # it left its version's gate: the version may retire
+
+
+def test_server_infer_on_loop_refuses_a_bad_request_as_infer_does(server, loop):
+    request = InferenceRequest("add_sub", 1, {"INPUT0": Tensor(
+        "INPUT0", "FP32", (4,), np.zeros(4, np.float32))})
+    answered: list[InferenceResponse] = []
+
+    async def infer() -> Any:
+        return server.infer_on_loop(server.model("add_sub"), request, answered.append)
+
+    with pytest.raises(InferenceServerError) as info:
+        on_loop(loop, infer)
+    assert info.value.status is Status.INVALID_ARG and "INPUT1" in info.value.message
+    assert server.in_flight == 0 and not answered
+
+
+def test_server_infer_on_loop_gives_the_future_where_the_scheduler_takes_no_callback(
+        server, loop, monkeypatch):
+    """A scheduler without the callback way (every one but the default, and the default
+    over instances on threads) gets the request through ``submit``: the caller waits on
+    the future it gets back, and the callback is never called."""
+    model = server.model("add_sub")
+    monkeypatch.setattr(model.scheduler, "submit_on_loop", lambda request, answer: False)
+    a = np.ones(4, np.float32)
+    answered: list[InferenceResponse] = []
+
+    async def infer() -> Any:
+        return server.infer_on_loop(model, add_sub_request(a, a), answered.append)
+
+    future = on_loop(loop, infer)
+    assert isinstance(future, Future)
+    np.testing.assert_array_equal(future.result(WAIT_S).outputs[0].data, a + a)
+    wait_until(lambda: server.in_flight == 0)
+    assert not answered
 
 
 def test_server_infer_checks_the_request_first(server):

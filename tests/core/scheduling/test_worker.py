@@ -148,6 +148,75 @@ async def test_an_asynchronous_instance_gets_batches_from_the_submitting_thread(
         worker.stop()
 
 
+async def test_run_elsewhere_sends_at_once_and_answers_from_the_reading_thread():
+    instance = Elsewhere()
+    worker = await started(instance)
+    got: list[Execution] = []
+    try:
+        assert worker.run_elsewhere(requests(2), got.append)
+        assert instance.sent_from == [threading.current_thread().name]
+        assert worker.busy == 1 and not got
+        reader = threading.Thread(target=instance.pending.pop(), name="reader")
+        reader.start()
+        reader.join(WAIT_S)
+        assert len(got) == 1 and not got[0].failed and len(got[0].responses) == 2
+        assert got[0].start_ns <= got[0].end_ns and worker.busy == 0
+    finally:
+        worker.stop()
+
+
+async def test_run_elsewhere_turns_a_failed_batch_into_error_responses():
+    instance = Elsewhere()
+    worker = await started(instance)
+    got: list[Execution] = []
+    try:
+        instance.execute_async = lambda requests, done: done(  # type: ignore[method-assign]
+            InferenceServerError("worker gone", Status.UNAVAILABLE))
+        assert worker.run_elsewhere(requests(2), got.append)
+        assert got[0].responses[1].error.message == "worker gone" and worker.busy == 0
+
+        def broken(requests, done):
+            raise RuntimeError("backend bug")
+
+        instance.execute_async = broken  # type: ignore[method-assign]
+        assert worker.run_elsewhere(requests(1), got.append)
+        assert got[1].failed and got[1].responses[0].error.status is Status.INTERNAL
+        assert "RuntimeError: backend bug" in got[1].responses[0].error.message
+        assert worker.busy == 0
+    finally:
+        worker.stop()
+
+
+async def test_run_elsewhere_refuses_only_for_a_closing_instance():
+    instance = Elsewhere()
+    worker = await started(instance)
+    worker.stop()
+    got: list[Execution] = []
+    # After stop the instance is gone: nothing is done, the caller takes the future way,
+    # which refuses (test_a_stopped_worker_lets_go_of_its_instance).
+    assert not worker.run_elsewhere(requests(1), got.append) and not got
+    closing = Elsewhere()
+    worker = await started(closing)
+    worker._closed = True  # closing: the instance is still there, batches are refused
+    try:
+        assert worker.run_elsewhere(requests(1), got.append)
+        assert got[0].failed and got[0].responses[0].error.status is Status.UNAVAILABLE
+        assert closing.sent_from == [] and worker.busy == 0
+    finally:
+        worker._closed = False
+        worker.stop()
+
+
+async def test_run_elsewhere_leaves_an_instance_of_its_thread_to_submit():
+    worker = await started(Recording())
+    got: list[Execution] = []
+    try:
+        assert not worker.run_elsewhere(requests(1), got.append)
+        assert not got and worker.busy == 0
+    finally:
+        worker.stop()
+
+
 async def test_a_stopped_worker_lets_go_of_its_instance():
     """The unloaded model's objects must not live on through the worker: a thread-pool work
     item or a retired version may keep the worker a moment longer, and a heap settled then

@@ -61,20 +61,35 @@ class LoopInfer:
                 f"ModelInfer: the request is not a valid {_INFER_REQUEST.DESCRIPTOR.full_name}"
                 f" message ({len(message)} bytes): {exc}"), None)
             return None
+        servicer = self.servicer
         try:
-            model, infer_request, to_shm, future = self.servicer.submit_infer(request,
-                                                                             metadata)
+            model, infer_request, to_shm = servicer.decode_infer(request, metadata)
+            # What cancels it: taken now, since the answer may come before the call returns.
+            cancel = infer_request.cancellation.cancel  # type: ignore[union-attr]
+            future = servicer.server.infer_on_loop(
+                model, infer_request,
+                partial(self._answer, on_answer, model, infer_request, to_shm))
         except Exception as exc:
             on_answer(*_failure(request.model_name, exc), None)
             return None
-        self.waiter.when_done(future, partial(self._answer, on_answer, model, infer_request,
-                                              to_shm))
-        return infer_request.cancellation.cancel  # type: ignore[union-attr]
+        if future is not None:
+            self.waiter.when_done(future, partial(self._finished, on_answer, model,
+                                                  infer_request, to_shm))
+        return cancel
+
+    def _finished(self, on_answer: OnAnswer, model: Any, request: Any, to_shm: Any,
+                  future: Future[Any]) -> None:
+        try:
+            response = future.result()
+        except Exception as exc:
+            on_answer(*_failure(request.model_name, exc), None)
+            return
+        self._answer(on_answer, model, request, to_shm, response)
 
     def _answer(self, on_answer: OnAnswer, model: Any, request: Any, to_shm: Any,
-                future: Future[Any]) -> None:
+                response: Any) -> None:
         try:
-            payload = self.servicer.encode_infer(model, request, to_shm, future.result())
+            payload = self.servicer.encode_infer(model, request, to_shm, response)
         except Exception as exc:
             on_answer(*_failure(request.model_name, exc), None)
             return

@@ -161,11 +161,10 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
 
     # --- inference (hot path) -----------------------------------------------------------
 
-    def submit_infer(self, request: Any, metadata: Any
-                     ) -> tuple[ModelVersion, InferenceRequest, ShmTargets | None,
-                                Future[InferenceResponse]]:
-        """Decode ``request`` (a ``ModelInferRequest``) and hand it to its model; the
-        request carries a :class:`~naiad.types.Cancellation`. A bad request raises."""
+    def decode_infer(self, request: Any, metadata: Any
+                     ) -> tuple[ModelVersion, InferenceRequest, ShmTargets | None]:
+        """The model ``request`` (a ``ModelInferRequest``) names and the request it holds,
+        which carries a :class:`~naiad.types.Cancellation`. A bad request raises."""
         model = self.server.model(request.model_name, request.model_version)
         if model.decoupled:
             raise unsupported(f"{_DECOUPLED_UNARY} (model '{model.name}' is decoupled: "
@@ -175,6 +174,14 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
         if self.forwarder is not None:
             infer_request.parameters.update(self.forwarder.from_grpc(metadata))
         infer_request.cancellation = Cancellation()
+        return model, infer_request, to_shm
+
+    def submit_infer(self, request: Any, metadata: Any
+                     ) -> tuple[ModelVersion, InferenceRequest, ShmTargets | None,
+                                Future[InferenceResponse]]:
+        """Decode ``request`` (a ``ModelInferRequest``) and hand it to its model; the
+        request carries a :class:`~naiad.types.Cancellation`. A bad request raises."""
+        model, infer_request, to_shm = self.decode_infer(request, metadata)
         return model, infer_request, to_shm, self.server.infer(model, infer_request)
 
     def encode_infer(self, model: ModelVersion, request: InferenceRequest,

@@ -139,13 +139,25 @@ class InferRoute:
         answered (at once for a request refused as it arrives); not when the client went
         away meanwhile."""
         try:
-            model = self.find(exchange.model_name, exchange.version)
-            request, future = self.submit(model, exchange.heads, body, exchange.headers)
+            model = exchange.model = self.find(exchange.model_name, exchange.version)
+            request = exchange.request = self.decode(model, exchange.heads, body,
+                                                     exchange.headers)
+            future = self.server.infer_on_loop(model, request,
+                                               partial(self._answered, exchange, on_answer))
         except Exception as exc:
             on_answer(exchange, failure(exchange.model_name, exc))
             return
-        exchange.model, exchange.request, exchange.future = model, request, future
-        self.waiter(loop).when_done(future, partial(self._finished, exchange, on_answer))
+        if future is not None:
+            exchange.future = future
+            self.waiter(loop).when_done(future, partial(self._finished, exchange, on_answer))
+
+    def _answered(self, exchange: InferExchange, on_answer: OnAnswer,
+                  response: InferenceResponse) -> None:
+        if exchange.disconnected:
+            return  # nobody to answer
+        on_answer(exchange, self.answer_or_failure(
+            exchange.model, exchange.request, response,  # type: ignore[arg-type]
+            exchange.heads.accept))
 
     def _finished(self, exchange: InferExchange, on_answer: OnAnswer,
                   future: Future[InferenceResponse]) -> None:
@@ -158,9 +170,9 @@ class InferRoute:
         """The client of ``exchange`` went away: as on the ASGI path, a request its scheduler
         still holds is withdrawn; one already running finishes unread."""
         exchange.disconnected = True
-        model = exchange.model
-        if model is not None and model.scheduler.holds_requests:
-            exchange.future.cancel()  # type: ignore[union-attr]
+        model, future = exchange.model, exchange.future
+        if model is not None and future is not None and model.scheduler.holds_requests:
+            future.cancel()
 
     # --- the steps ------------------------------------------------------------------------
 
@@ -173,9 +185,9 @@ class InferRoute:
                                    Status.UNSUPPORTED)
         return model
 
-    def submit(self, model: ModelVersion, heads: InferHeaders, body: bytes, headers: Headers
-               ) -> tuple[InferenceRequest, Future[InferenceResponse]]:
-        """Decode ``body`` and hand the request to the server; a bad request raises."""
+    def decode(self, model: ModelVersion, heads: InferHeaders, body: bytes, headers: Headers
+               ) -> InferenceRequest:
+        """The request ``body`` holds for ``model``; a bad request raises."""
         if heads.encoding:
             body = decompress(body, heads.encoding, self.limit)
         header_length = heads.header_length
@@ -188,6 +200,12 @@ class InferRoute:
                                  self.server.shared_memory)
         if self.forwarder is not None:
             request.parameters.update(self.forwarder.from_http(headers))
+        return request
+
+    def submit(self, model: ModelVersion, heads: InferHeaders, body: bytes, headers: Headers
+               ) -> tuple[InferenceRequest, Future[InferenceResponse]]:
+        """Decode ``body`` and hand the request to the server; a bad request raises."""
+        request = self.decode(model, heads, body, headers)
         return request, self.server.infer(model, request)
 
     def answer(self, model: ModelVersion, request: InferenceRequest,
@@ -208,10 +226,20 @@ class InferRoute:
                 future: Future[InferenceResponse], accept: str) -> Answer:
         """The answer for a finished ``future``: the response or the error it ended with."""
         try:
-            return self.answer(model, request, future.result(), accept)
+            response = future.result()
         except CancelledError:
             return failure(model.name, InferenceServerError(
                 f"model '{model.name}': the request was cancelled", Status.CANCELLED))
+        except Exception as exc:
+            return failure(model.name, exc)
+        return self.answer_or_failure(model, request, response, accept)
+
+    def answer_or_failure(self, model: ModelVersion, request: InferenceRequest,
+                          response: InferenceResponse, accept: str) -> Answer:
+        """:meth:`answer`, or the failure it raises (the model's error, a response too
+        large to send) as an answer."""
+        try:
+            return self.answer(model, request, response, accept)
         except Exception as exc:
             return failure(model.name, exc)
 

@@ -30,7 +30,7 @@ class Route(InferRoute):
     submitted request's future waits for the test."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop, holds_requests: bool = False) -> None:
-        self.server = SimpleNamespace(tracer=None)
+        self.server = SimpleNamespace(tracer=None, infer_on_loop=self._infer_on_loop)
         self.limit = 1024
         self.loop = loop
         self.model = SimpleNamespace(name="m", scheduler=SimpleNamespace(
@@ -40,10 +40,13 @@ class Route(InferRoute):
     def find(self, model_name: str, version: str) -> SimpleNamespace:
         return self.model
 
-    def submit(self, model, heads, body: bytes, headers) -> tuple[bytes, Future]:
+    def decode(self, model, heads, body: bytes, headers) -> bytes:
+        return body
+
+    def _infer_on_loop(self, model, request: bytes, answer) -> Future:
         future: Future = Future()
-        self.submitted.append((body, future))
-        return body, future
+        self.submitted.append((request, future))
+        return future
 
     def waiter(self, loop: asyncio.AbstractEventLoop | None = None) -> LoopWaiter:
         return LoopWaiter(loop or self.loop)
