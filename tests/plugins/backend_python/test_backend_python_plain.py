@@ -180,10 +180,9 @@ def test_a_plain_execute_the_worker_cannot_read_fails_its_batch_and_the_worker_s
             batch = channel._number(results.append, None)
         frame, _ = plain.execute_frame("bad", None,
                                        [("INPUT0", "FP32", np.ones(4, np.float32))])
-        frame = plain.numbered(frame, batch)
-        header = frame[1] + frame[2]
-        channel._send_whole([wire._PREFIX.pack(wire.FRAME_MAGIC, len(header), 8), header,
-                             memoryview(bytes(8))])  # 8 of the tensor's 16 bytes
+        header, _ = split(plain.numbered(frame, batch))
+        channel._send_whole([wire._PREFIX.pack(wire.FRAME_MAGIC, len(header), 8),
+                             bytes(header), memoryview(bytes(8))])  # 8 of its 16 bytes
         deadline = time.monotonic() + 30
         while not results and time.monotonic() < deadline:
             time.sleep(0.01)
@@ -196,3 +195,133 @@ def test_a_plain_execute_the_worker_cannot_read_fails_its_batch_and_the_worker_s
         np.testing.assert_array_equal(response.outputs[0].data, [5, 5, 5, 5])
     finally:
         instance.close()
+
+
+# --- remembered header layouts ---------------------------------------------------------------
+
+NUMBERS = [TENSORS[0], TENSORS[2], TENSORS[4]]  # no BYTES: their layouts are remembered
+
+
+@pytest.fixture
+def no_layouts(monkeypatch):
+    """Readers and writers that remember nothing yet (they remember per process)."""
+    monkeypatch.setattr(plain, "_EXECUTE_LAYOUTS", plain._Layouts())
+    monkeypatch.setattr(plain, "_RESULT_LAYOUTS", plain._Layouts())
+    monkeypatch.setattr(plain, "_EXECUTE_HEADERS", plain._Headers())
+    monkeypatch.setattr(plain, "_RESULT_HEADERS", plain._Headers())
+
+
+def scaled(tensors: list, factor: int) -> list:
+    return [(name, datatype, (array * factor).astype(array.dtype))
+            for name, datatype, array in tensors]
+
+
+def test_a_remembered_execute_layout_reads_each_payload_as_the_first_read(no_layouts):
+    """The second message with the same header bytes (but its batch id) is read from the
+    remembered layout: its own values, as views over its own payload."""
+    reads = []
+    for batch, factor in ((1, 1), (2, 3)):
+        frame, _ = plain.execute_frame("r", ["OUTPUT0"], scaled(NUMBERS, factor))
+        head, payload = split(plain.numbered(frame, batch))
+        reads.append((plain.read_execute(head, payload), payload))
+    assert len(plain._EXECUTE_LAYOUTS.known) == 1
+    (first, _), (second, payload) = reads
+    assert (first[0], second[0]) == (1, 2)
+    [(request_id, asked, inputs)] = second[1]
+    assert (request_id, asked) == ("r", ["OUTPUT0"])
+    same_tensors(list(inputs.values()), [(n, d, np.array(a)) for n, d, a in scaled(NUMBERS, 3)])
+    assert all(np.shares_memory(array, np.frombuffer(payload, np.uint8))
+               for _, _, array in inputs.values() if array.size)
+    asked.append("changed")  # a reader's list is its own
+    again = plain.read_execute(*split(plain.numbered(plain.execute_frame(
+        "r", ["OUTPUT0"], NUMBERS)[0], 3)))
+    assert again[1][0][1] == ["OUTPUT0"]
+
+
+def test_a_remembered_result_layout_reads_each_payload_as_the_first_read(no_layouts):
+    reads = [plain.read_result(*split(plain.result_frame(
+        batch, [result(*scaled(NUMBERS, factor)), result(NUMBERS[0])], DEFERRED)))
+        for batch, factor in ((5, 1), (6, 2))]
+    assert len(plain._RESULT_LAYOUTS.known) == 1
+    (_, _, first_taken), (batch, responses, taken) = reads
+    assert batch == 6 and taken == first_taken
+    same_tensors(responses[0], [(n, d, np.array(a)) for n, d, a in scaled(NUMBERS, 2)])
+    same_tensors(responses[1], [(n, d, np.array(a)) for n, d, a in NUMBERS[:1]])
+
+
+def test_a_remembered_layout_still_refuses_a_payload_too_short_for_it(no_layouts):
+    head, payload = split(plain.result_frame(1, [result(NUMBERS[0])], DEFERRED))
+    assert plain.read_result(head, payload) is not None
+    assert plain.read_result(head, payload[:-4]) is None
+    frame, _ = plain.execute_frame("r", None, NUMBERS[:1])
+    head, payload = split(plain.numbered(frame, 1))
+    assert plain.read_execute(head, payload) is not None
+    assert plain.read_execute(head, payload[:-4]) is None
+
+
+def test_request_ids_share_a_layout_and_are_read_each_time(no_layouts):
+    for request_id in ("", "first", "a longer id, é"):
+        frame, _ = plain.execute_frame(request_id, None, NUMBERS[:1])
+        [(got_id, asked, inputs)] = plain.read_execute(*split(plain.numbered(frame, 1)))[1]
+        assert (got_id, asked) == (request_id, None)
+        same_tensors(list(inputs.values()), [(n, d, np.array(a)) for n, d, a in NUMBERS[:1]])
+    assert len(plain._EXECUTE_LAYOUTS.known) == 1
+    assert len(plain._EXECUTE_HEADERS.known) == 1
+    frame, _ = plain.execute_frame("é", None, NUMBERS[:1])
+    head, payload = split(plain.numbered(frame, 1))
+    head[plain._FIRST_ID] = 0xFF  # a broken id in a known layout
+    with pytest.raises(ValueError, match="broken message header"):
+        plain.read_execute(head, payload)
+
+
+def test_the_same_names_with_other_counts_are_not_taken_for_a_known_layout(no_layouts):
+    """The bytes after the id hold the outputs' names and the tensor records; the counts
+    before the id say how to read them, and must match too: no outputs asked for ([]) and
+    all of them (None) have the same bytes after the id."""
+    for outputs in ([], None, []):
+        frame, _ = plain.execute_frame("r", outputs, NUMBERS[:1])
+        assert joined(plain.numbered(frame, 1)) == joined(
+            general_execute(1, "r", outputs, NUMBERS[:1]))
+        [(_, asked, _)] = plain.read_execute(*split(plain.numbered(frame, 1)))[1]
+        assert asked == outputs
+
+
+def test_bytes_tensors_are_read_and_made_each_time_and_layouts_are_bounded(no_layouts,
+                                                                            monkeypatch):
+    texts = [TENSORS[1]]
+    for _ in range(2):
+        head, payload = split(plain.result_frame(1, [result(*texts)], DEFERRED))
+        same_tensors(plain.read_result(head, payload)[1][0], texts)
+        frame, _ = plain.execute_frame("r", None, texts)
+        same_tensors(list(plain.read_execute(*split(plain.numbered(frame, 1)))[1][0][2]
+                          .values()), texts)
+    assert plain._RESULT_LAYOUTS.known == {} and plain._EXECUTE_LAYOUTS.known == {}
+    assert plain._RESULT_HEADERS.known == {} and plain._EXECUTE_HEADERS.known == {}
+    monkeypatch.setattr(plain, "LAYOUTS_REMEMBERED", 3)
+    for rows in range(1, 6):  # a new shape is a new header
+        tensors = [("X", "FP32", np.full((rows, 2), rows, np.float32))]
+        frame, _ = plain.execute_frame("r", None, tensors)
+        assert joined(plain.numbered(frame, rows)) == joined(
+            general_execute(rows, "r", None, tensors))
+        [(_, _, inputs)] = plain.read_execute(*split(plain.numbered(frame, rows)))[1]
+        same_tensors(list(inputs.values()), tensors)
+    assert len(plain._EXECUTE_LAYOUTS.known) == 3 and len(plain._EXECUTE_HEADERS.known) == 3
+
+
+def test_remembered_headers_make_the_general_ways_bytes(no_layouts):
+    """A frame made from a remembered header is the one made in full, for each batch and
+    request id."""
+    for batch, request_id in ((1, "a"), (2, "bb"), (3, "")):
+        frame, aligned = plain.execute_frame(request_id, ["OUTPUT0"], NUMBERS)
+        assert joined(plain.numbered(frame, batch)) == joined(
+            general_execute(batch, request_id, ["OUTPUT0"], NUMBERS))
+        assert aligned == sum(wire.align(len(wire.tensor_buffer(datatype, array)))
+                              for _, datatype, array in NUMBERS)
+        results = [result(*NUMBERS), result(NUMBERS[0])]
+        assert joined(plain.result_frame(batch, results, DEFERRED)) == joined(
+            general_result(batch, results))
+    assert len(plain._EXECUTE_HEADERS.known) == 1 and len(plain._RESULT_HEADERS.known) == 1
+    wider = [("INPUT0", "FP32", np.zeros((1, 16), np.float64))]  # another dtype, same name
+    frame, _ = plain.execute_frame("a", ["OUTPUT0"], wider)
+    assert joined(plain.numbered(frame, 4)) == joined(
+        general_execute(4, "a", ["OUTPUT0"], wider))
