@@ -17,10 +17,11 @@ holds the stream's encoded answers in flow control up to
 :data:`.sending.STREAM_SEND_BUFFER` bytes; responses after that wait unencoded and count
 against the budget, as they wait on the handler's queue when a thread runs the stream.
 
-The engine runs the streams that naiad's gRPC server in a frontend process forwards with it
-too (``naiad.frontends.bridge.stream_engine``). :class:`LoopStreams` starts every stream:
-it checks the header of a restricted ``ModelStreamInfer`` (``--grpc-restricted-protocol``)
-and ``--grpc-max-streams`` first, in the handler's order and with its answers.
+The engine runs the streams a frontend process forwards (from naiad's gRPC server or
+grpc's) with it too (``naiad.frontends.bridge.stream_engine``). :class:`LoopStreams`
+starts every stream: it checks the header of a restricted ``ModelStreamInfer``
+(``--grpc-restricted-protocol``) and ``--grpc-max-streams`` first, in the handler's order
+and with its answers.
 """
 
 from __future__ import annotations
