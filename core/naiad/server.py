@@ -479,9 +479,14 @@ def answer(request: InferenceRequest, response: InferenceResponse) -> InferenceR
 
 
 def _pruned(request: InferenceRequest, response: InferenceResponse) -> InferenceResponse:
-    if request.requested_outputs is not None:
-        wanted = {o.name for o in request.requested_outputs}
-        response.outputs = [t for t in response.outputs if t.name in wanted]
+    requested = request.requested_outputs
+    if requested is not None:
+        outputs = response.outputs
+        if (len(requested) == 1 and len(outputs) == 1
+                and requested[0].name == outputs[0].name):
+            return response  # the usual one output, asked for and given: nothing to prune
+        wanted = {o.name for o in requested}
+        response.outputs = [t for t in outputs if t.name in wanted]
     return response
 
 

@@ -8,6 +8,7 @@ request is then a few dict lookups and tuple comparisons.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from tritonclient.grpc.model_config_pb2 import DataType, ModelConfig
 
@@ -48,6 +49,10 @@ class TensorSpec:
         return self.reshape
 
 
+#: How many kinds of request (see ``ModelSignature._passed``) a model remembers as checked.
+PASSED_REMEMBERED = 64
+
+
 class ModelSignature:
     """Input and output specs of one model and the checks a request must pass."""
 
@@ -57,10 +62,31 @@ class ModelSignature:
         self.inputs = {t.name: _spec(t) for t in config.input}
         self.outputs = {t.name: _spec(t) for t in config.output}
         self.required = tuple(n for n, s in self.inputs.items() if not s.optional)
+        # What passed the check, as (inputs' names, datatypes and shapes, outputs asked
+        # for): the check is a function of exactly that, so a client that sends the same
+        # kind of request again is not checked again. Not for a model with a reshape, which
+        # the check applies to each request's tensors.
+        self._passed: set[tuple[Any, ...]] = set()
+        self._remembers = all(spec.reshape is None for spec in self.inputs.values())
 
     def check(self, request: InferenceRequest) -> None:
         """Raise an INVALID_ARG error naming the model and tensor when ``request`` does not
         fit the model's inputs; apply ``reshape`` so the backend sees configured shapes."""
+        requested = request.requested_outputs
+        try:
+            key: tuple[Any, ...] | None = (
+                tuple([(name, tensor.datatype, tensor.shape)
+                       for name, tensor in request.inputs.items()]),
+                tuple([output.name for output in requested]) if requested else None)
+            if key in self._passed:
+                return
+        except TypeError:  # a shape given as a list: checked, not remembered
+            key = None
+        self._check(request)
+        if key is not None and self._remembers and len(self._passed) < PASSED_REMEMBERED:
+            self._passed.add(key)
+
+    def _check(self, request: InferenceRequest) -> None:
         batch = None
         inputs = request.inputs
         for name, tensor in inputs.items():

@@ -252,3 +252,58 @@ def test_requested_outputs_must_exist():
 def test_empty_requested_outputs_list_is_accepted():
     sig = signature(ADD)
     sig.check(request(tensor("A", "FP32", (4,)), tensor("B", "FP32", (1, 2)), outputs=[]))
+
+
+def test_a_kind_of_request_that_passed_is_not_checked_again_and_others_still_are(monkeypatch):
+    sig = signature(ADD)
+    good = request(tensor("A", "FP32", (4,)), tensor("B", "FP32", (3, 2)), outputs=["SUM"])
+    sig.check(good)
+    checked = []
+    monkeypatch.setattr(sig, "_check", lambda req: checked.append(req))
+    sig.check(request(tensor("A", "FP32", (4,)), tensor("B", "FP32", (3, 2)),
+                      outputs=["SUM"]))
+    assert checked == []  # the same names, datatypes, shapes and outputs: passed already
+    monkeypatch.undo()
+    # Anything that differs is checked in full, and refused as before.
+    rejected(sig, request(tensor("A", "FP32", (4,)), tensor("B", "FP32", (3, 2)),
+                          outputs=["NOPE"]), "unexpected inference output 'NOPE'")
+    rejected(sig, request(tensor("A", "FP32", (5,)), tensor("B", "FP32", (3, 2)),
+                          outputs=["SUM"]), "unexpected shape for input 'A'")
+    rejected(sig, request(tensor("A", "FP64", (4,)), tensor("B", "FP32", (3, 2)),
+                          outputs=["SUM"]), "has datatype FP64")
+    rejected(sig, request(tensor("A", "FP32", (4,)), outputs=["SUM"]), "'B'")
+    sig.check(good)  # and the kind that passed still passes
+
+
+def test_a_refused_kind_of_request_is_refused_every_time():
+    sig = signature(BATCHED)
+    for _ in range(3):
+        rejected(sig, request(tensor("X", "INT32", (9, 3)), tensor("Y", "BYTES", (9, 1))),
+                 "batch size 9")
+    assert not sig._passed
+
+
+def test_passed_kinds_are_bounded_and_list_shapes_are_checked_each_time(monkeypatch):
+    monkeypatch.setattr("naiad.models.signature.PASSED_REMEMBERED", 2)
+    sig = signature(ADD)
+    for rows in (1, 2, 3, 4):
+        sig.check(request(tensor("A", "FP32", (4,)), tensor("B", "FP32", (rows, 2))))
+    assert len(sig._passed) == 2
+    listed = request(tensor("A", "FP32", (4,)), tensor("B", "FP32", (1, 2)))
+    listed.inputs["A"].shape = [4]  # a plugin may build a request with a list
+    sig.check(listed)
+    listed.inputs["A"].shape = [5]
+    rejected(sig, listed, "unexpected shape for input 'A'")
+
+
+def test_a_model_with_a_reshape_checks_and_reshapes_every_request():
+    sig = signature("""
+max_batch_size: 0
+input [ { name: "IN", data_type: TYPE_FP32, dims: [ 4 ], reshape: { shape: [ 2, 2 ] } } ]
+output [ { name: "OUT", data_type: TYPE_FP32, dims: [ 4 ] } ]
+""")
+    for _ in range(2):
+        req = request(tensor("IN", "FP32", (4,)))
+        sig.check(req)
+        assert req.inputs["IN"].shape == (2, 2) and req.inputs["IN"].data.shape == (2, 2)
+    assert not sig._passed
