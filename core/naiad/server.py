@@ -416,7 +416,7 @@ class InferenceServer(ServerMetadata, ModelControl):
         if trace is None:  # a traced request's trace watches its future
             try:
                 started = model.scheduler.submit_on_loop(
-                    request, partial(self._answered, gate, answer))
+                    request, partial(self._answered, model.name, gate, answer))
             except BaseException:
                 self._leave()
                 gate.leave()
@@ -425,7 +425,8 @@ class InferenceServer(ServerMetadata, ModelControl):
                 return None
         return self._hand_over(model, request, trace)
 
-    def _answered(self, gate: VersionGate, answer: Callable[[InferenceResponse], object],
+    def _answered(self, model_name: str, gate: VersionGate,
+                  answer: Callable[[InferenceResponse], object],
                   response: InferenceResponse) -> None:
         """A request :meth:`infer_on_loop` gave its scheduler is answered: it leaves, as
         :meth:`_left`, then its caller gets the response."""
@@ -434,7 +435,10 @@ class InferenceServer(ServerMetadata, ModelControl):
         self.in_flight -= 1
         lock.release()
         gate.leave()
-        answer(response)
+        try:
+            answer(response)
+        except Exception:  # as a future's done-callback that raises: logged, nothing more
+            log.exception("answering a request of model '%s' failed", model_name)
 
     def _admit(self, model: ModelVersion, request: InferenceRequest,
                internal: bool = False) -> RequestTrace | None:

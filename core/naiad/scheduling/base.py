@@ -100,8 +100,8 @@ class Scheduler(abc.ABC):
         at once, on this thread, for a request an instance refuses), and must not raise.
         Return False, having done nothing, to leave the request to :meth:`submit`, as this
         default does. Only the default scheduler implements it: the request's future,
-        its callbacks and the loop's wait for them were a fifth of the server's Python
-        work per request (``docs/design.md``, "Requests without a future")."""
+        its callbacks and the loop's wait for them were 7 % of the server's Python work
+        per request (``docs/design.md``, "Requests without a future")."""
         return False
 
     @abc.abstractmethod

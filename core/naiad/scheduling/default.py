@@ -10,6 +10,7 @@ from functools import partial
 
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
+from naiad.errors import InferenceServerError, Status
 from naiad.hookspecs import hookimpl
 from naiad.scheduling.base import Scheduler, SchedulerFactory, SchedulingContext
 from naiad.scheduling.worker import Execution, InstanceWorker, refused_as_cancelled
@@ -52,7 +53,13 @@ class DefaultScheduler(Scheduler):
 
     def _answer(self, request: InferenceRequest, answer: Callable[[InferenceResponse], object],
                 execution: Execution) -> None:
-        answer(self._finished(request, execution))
+        try:
+            response = self._finished(request, execution)
+        except Exception as exc:  # a bug here still answers, as submit's future would
+            response = InferenceResponse(error=InferenceServerError(
+                f"model '{request.model_name}': internal error: {type(exc).__name__}: {exc}",
+                Status.INTERNAL))
+        answer(response)
 
     def _finished(self, request: InferenceRequest, execution: Execution
                   ) -> InferenceResponse:

@@ -217,7 +217,7 @@ class InstanceWorker:
         return future
 
     def _run_elsewhere(self, instance: ModelInstance, requests: Sequence[InferenceRequest],
-                         then: Callable[[Execution], object]) -> None:
+                       then: Callable[[Execution], object]) -> None:
         closing = self._closing
         closing.acquire()  # not ``with``: half the cost, on every batch
         closed = self._closed

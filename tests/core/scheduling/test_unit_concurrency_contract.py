@@ -633,6 +633,55 @@ def test_server_infer_on_loop_answers_a_worker_process_model_by_callback(server,
     assert model.gate.inside == 0  # it left its version's gate: the version may retire
 
 
+def test_a_callback_that_raises_is_logged_and_the_request_still_leaves(server, loop, caplog):
+    """As a future's done-callback that raises: logged, and the server's count and the
+    version's gate are not left holding the request."""
+    a = np.ones(4, np.float32)
+    model = server.model("add_sub")
+
+    def broken(response: InferenceResponse) -> None:
+        raise RuntimeError("the frontend's callback failed")
+
+    async def infer() -> Any:
+        return server.infer_on_loop(model, add_sub_request(a, a), broken)
+
+    assert on_loop(loop, infer) is None
+    wait_until(lambda: "answering a request of model 'add_sub' failed" in caplog.text)
+    wait_until(lambda: server.in_flight == 0)
+    assert model.gate.inside == 0
+
+
+class Remote(ModelInstance):
+    """An instance in "another process": it answers from a thread of its own."""
+
+    asynchronous = True
+
+    def execute(self, requests):  # pragma: no cover - never called for an async instance
+        raise AssertionError("execute on an asynchronous instance")
+
+    def execute_async(self, requests, done) -> None:
+        threading.Thread(target=done, args=([InferenceResponse() for _ in requests],)).start()
+
+
+def test_the_default_schedulers_callback_answers_even_when_its_bookkeeping_fails(loop,
+                                                                                monkeypatch):
+    worker = worker_with(Remote(), loop)
+    scheduler = DefaultScheduler(context("max_batch_size: 0", [worker]))
+    answered: list[InferenceResponse] = []
+    try:
+        assert scheduler.submit_on_loop(one_row(), answered.append)
+        wait_until(lambda: answered)
+        assert answered[0].error is None
+        monkeypatch.setattr(scheduler, "_finished", lambda request, execution: 1 / 0)
+        assert scheduler.submit_on_loop(one_row(), answered.append)
+        wait_until(lambda: len(answered) == 2)
+        error = answered[1].error
+        assert error is not None and error.status is Status.INTERNAL
+        assert "model 'm': internal error: ZeroDivisionError" in error.message
+    finally:
+        worker.stop()
+
+
 def test_server_infer_on_loop_refuses_a_bad_request_as_infer_does(server, loop):
     request = InferenceRequest("add_sub", 1, {"INPUT0": Tensor(
         "INPUT0", "FP32", (4,), np.zeros(4, np.float32))})
