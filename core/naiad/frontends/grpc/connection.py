@@ -49,6 +49,10 @@ _SERVICE_PREFIX = "/inference.GRPCInferenceService/"
 _STREAMING = frozenset({"ModelStreamInfer"})
 # Frame types whose payload has one size (RFC 9113 section 6).
 _FIXED_SIZES = {http2.RST_STREAM: 4, http2.PING: 8, http2.WINDOW_UPDATE: 4, http2.PRIORITY: 5}
+# The usual answer's header blocks (answer_unary): the uncompressed response's, the OK status.
+_RESPONSE_HEADERS = http2.response_headers()
+_RESPONSE_HEADERS_SIZE = len(_RESPONSE_HEADERS)
+_OK_TRAILERS_SIZE = len(http2.OK_TRAILERS)
 
 
 class Service(Protocol):
@@ -574,6 +578,45 @@ class GRPCConnection(HandlerCalls, asyncio.Protocol):
         else:
             data = http2.GRPC_PREFIX.pack(0, len(message)) + message
         self.sender.data(call, data, 0)
+
+    def answer_unary(self, call: Call, message: bytes) -> None:
+        """:meth:`send_message` then :meth:`finish` with OK, the usual answer in one pass:
+        the response headers, the message and the OK trailers in one write, when the
+        message goes uncompressed, fits the windows and a frame, the call has sent nothing
+        yet and no header table update is due. Any other answer takes those two steps.
+        The same frames either way (``tests/core/frontends/grpc/test_unit_grpc_sending.py``);
+        a unary call's answer takes this on nearly every call (issue 26)."""
+        sender = self.sender
+        size = len(message) + 5
+        if (call.closed or self.closing or call.headers_sent or call.pending
+                or sender.table_size is not None or size > sender.window
+                or size > call.send_window or size > sender.max_frame
+                or (self.service.compression is not None
+                    and call.method in self.service.compressed_methods)):
+            self.send_message(call, message)
+            self.finish(call, grpc.StatusCode.OK, "")
+            return
+        call.headers_sent = call.closed = True
+        self.ping_strikes, self.last_ping = 0, 0.0
+        if call.deadline is not None:
+            call.deadline.cancel()
+        sender.window -= size
+        call.send_window -= size
+        stream = call.id
+        pack = http2.FRAME_HEADER.pack
+        sender.write(b"".join((
+            pack(_RESPONSE_HEADERS_SIZE >> 8, _RESPONSE_HEADERS_SIZE & 0xFF, http2.HEADERS,
+                 http2.END_HEADERS, stream),
+            _RESPONSE_HEADERS,
+            pack(size >> 8, size & 0xFF, http2.DATA, 0, stream),
+            http2.GRPC_PREFIX.pack(0, len(message)), message,
+            pack(_OK_TRAILERS_SIZE >> 8, _OK_TRAILERS_SIZE & 0xFF, http2.HEADERS,
+                 http2.END_HEADERS | http2.END_STREAM, stream),
+            http2.OK_TRAILERS)))
+        if not call.ended:  # the client need not send the rest of its messages
+            self.write(http2.rst_stream(stream, http2.NO_ERROR))
+        self.calls.pop(stream, None)
+        self.call_over(call)
 
     def send_pending(self, only: Call | None = None) -> None:
         """Send what flow control held back (of ``only``, or of every call that may wait

@@ -156,9 +156,13 @@ class GRPCService:
         if call.closed:
             return  # cancelled, or past its deadline: answered already
         call.on_cancel = None
-        if payload is not None:
+        if payload is None:
+            connection.finish(call, code, details)
+        elif code is grpc.StatusCode.OK and not details:
+            connection.answer_unary(call, payload)
+        else:
             connection.send_message(call, payload)
-        connection.finish(call, code, details)
+            connection.finish(call, code, details)
 
     # --- timeouts -----------------------------------------------------------------------
 
