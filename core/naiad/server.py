@@ -413,7 +413,8 @@ class InferenceServer(ServerMetadata, ModelControl):
         except BaseException:
             gate.leave()
             raise
-        if trace is None:  # a traced request's trace watches its future
+        # A traced request's trace watches its future.
+        if trace is None and model.scheduler.answers_on_loop:
             try:
                 started = model.scheduler.submit_on_loop(
                     request, partial(self._answered, model.name, gate, answer))

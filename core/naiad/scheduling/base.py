@@ -88,6 +88,10 @@ class Scheduler(abc.ABC):
     #: ``context.add_callback``).
     holds_requests: bool = False
 
+    #: True when :meth:`submit_on_loop` may take requests: the server asks only then, so a
+    #: model whose instances run on threads pays nothing for the callback way.
+    answers_on_loop: bool = False
+
     @abc.abstractmethod
     def submit(self, request: InferenceRequest) -> Future[InferenceResponse]:
         """Accept one request; the future gets its response (see the class docstring)."""
@@ -99,9 +103,10 @@ class Scheduler(abc.ABC):
         ``answer(response)`` gets what the future of :meth:`submit` would, on the loop (or
         at once, on this thread, for a request an instance refuses), and must not raise.
         Return False, having done nothing, to leave the request to :meth:`submit`, as this
-        default does. Only the default scheduler implements it: the request's future,
-        its callbacks and the loop's wait for them were 7 % of the server's Python work
-        per request (``docs/design.md``, "Requests without a future")."""
+        default does (the server asks only when :attr:`answers_on_loop` is set). Only the
+        default scheduler implements it: the request's future, its callbacks and the
+        loop's wait for them were 7 % of the server's Python work per request
+        (``docs/design.md``, "Requests without a future")."""
         return False
 
     @abc.abstractmethod

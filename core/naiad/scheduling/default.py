@@ -37,6 +37,11 @@ class DefaultScheduler(Scheduler):
         self.stats = context.stats
         self.workers = context.workers
         self.batching = context.config.max_batch_size > 0
+        # Loaded before the scheduler is built; an instance that goes (an unload) makes
+        # run_elsewhere decline, and the request takes submit, which refuses it.
+        self.answers_on_loop = bool(self.workers) and all(
+            worker.instance is not None and worker.instance.asynchronous
+            for worker in self.workers)
 
     def _worker(self) -> InstanceWorker:
         workers = self.workers

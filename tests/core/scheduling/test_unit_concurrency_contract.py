@@ -669,6 +669,7 @@ def test_the_default_schedulers_callback_answers_even_when_its_bookkeeping_fails
     scheduler = DefaultScheduler(context("max_batch_size: 0", [worker]))
     answered: list[InferenceResponse] = []
     try:
+        assert scheduler.answers_on_loop
         assert scheduler.submit_on_loop(one_row(), answered.append)
         wait_until(lambda: answered)
         assert answered[0].error is None
@@ -680,6 +681,22 @@ def test_the_default_schedulers_callback_answers_even_when_its_bookkeeping_fails
         assert "model 'm': internal error: ZeroDivisionError" in error.message
     finally:
         worker.stop()
+
+
+def test_only_a_default_scheduler_over_worker_processes_answers_on_the_loop(loop):
+    """The server asks for the callback way only where it can be taken: a model whose
+    instances run on threads pays nothing for it."""
+    remote, threaded = worker_with(Remote(), loop), worker_with(Doubling(), loop, "m_1")
+    try:
+        assert DefaultScheduler(context("max_batch_size: 0", [remote])).answers_on_loop
+        mixed = DefaultScheduler(context("max_batch_size: 0", [remote, threaded]))
+        assert not mixed.answers_on_loop
+        assert not DefaultScheduler(context("max_batch_size: 0", [])).answers_on_loop
+        for scheduler in (DynamicBatcher, SequenceBatcher, EnsembleScheduler):
+            assert scheduler.answers_on_loop is False, scheduler
+    finally:
+        remote.stop()
+        threaded.stop()
 
 
 def test_server_infer_on_loop_refuses_a_bad_request_as_infer_does(server, loop):
